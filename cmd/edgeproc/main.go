@@ -1,0 +1,73 @@
+// Command edgeproc is an edge stream processor for courier GPS positions:
+// MQTT in, event-time sliding distance and no-signal sessions, NATS out.
+//
+//	edgeproc replay --config FILE [--in FILE|-] [--out FILE|-]
+//	edgeproc check-config FILE...
+//	edgeproc version
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// usageError is a command-line mistake: exit code 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+var commands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error{
+	"replay":       runReplay,
+	"check-config": runCheckConfig,
+	"version": func(context.Context, []string, io.Writer, io.Writer) error {
+		fmt.Println("edgeproc", version)
+		return nil
+	},
+}
+
+const usage = `usage: edgeproc COMMAND [ARGS]
+
+commands:
+  replay --config FILE [--in FILE|-] [--out FILE|-] [--shards N]
+                          process a JSONL file of positions, write JSONL results
+  check-config FILE...    validate market configuration files
+  version                 print the version
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stderr, usage)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	cmd, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "edgeproc: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	if err := cmd(ctx, args[1:], stdout, stderr); err != nil {
+		fmt.Fprintf(stderr, "edgeproc %s: %v\n", args[0], err)
+		var ue usageError
+		if errors.As(err, &ue) {
+			return 2
+		}
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,73 @@
+package engine
+
+import (
+	"sort"
+
+	"github.com/km0/edgeproc/result"
+)
+
+// event is a valid position on its way to its shard.
+type event struct {
+	seq           int64 // 2*input index + 1
+	ts            int64
+	lat, lon, acc float64
+	wm            int64 // the watermark before this position
+	clock         int64 // processing clock at its arrival
+	off           uint32
+	n             uint8 // courier id: chunk.names[off:off+n]
+}
+
+// step is one advance of the watermark: to wm, at input seq (2i+1 for the
+// i-th input, 2i for an idle advance before it), at processing time clock.
+type step struct {
+	seq, wm, clock int64
+}
+
+// chunk is a batch of inputs handed from the sequencer to every shard and
+// then to the merger. Shards only read it, except out[shard], which only
+// that shard writes; channels order those accesses.
+type chunk struct {
+	inputs     int
+	events     [][]event // by shard
+	names      []byte
+	steps      []step // strictly increasing wm
+	startWM    int64  // watermark before the chunk
+	wm         int64  // watermark after the chunk
+	endOfInput bool
+	recs       []result.Record   // the sequencer's own (rejected inputs)
+	out        [][]result.Record // by shard
+}
+
+func newChunk(shards int) *chunk {
+	return &chunk{events: make([][]event, shards), out: make([][]result.Record, shards)}
+}
+
+func (c *chunk) reset() {
+	c.inputs = 0
+	for i := range c.events {
+		c.events[i] = c.events[i][:0]
+		clear(c.out[i]) // drop references to courier names and raw payloads
+		c.out[i] = c.out[i][:0]
+	}
+	c.names = c.names[:0]
+	c.steps = c.steps[:0]
+	clear(c.recs)
+	c.recs = c.recs[:0]
+	c.endOfInput = false
+}
+
+// stepAt returns the step at which the watermark first reached t.
+func (c *chunk) stepAt(t int64) step {
+	i := sort.Search(len(c.steps), func(i int) bool { return c.steps[i].wm >= t })
+	if i == len(c.steps) { // unreachable: a shard fires only what the chunk's steps reached
+		if i == 0 {
+			return step{wm: c.wm}
+		}
+		i--
+	}
+	return c.steps[i]
+}
+
+func sortRecords(rs []result.Record) {
+	sort.Slice(rs, func(i, j int) bool { return result.Less(&rs[i], &rs[j]) })
+}

@@ -1,0 +1,316 @@
+// Package engine is edgeproc's event-time core for one market: a sequencer
+// that decodes inputs in arrival order and owns the watermark, N shard
+// goroutines that own their couriers' window and session state outright,
+// and a merger that emits every result in one deterministic order.
+//
+// Data flows one way, in chunks of inputs:
+//
+//	Push → sequencer (decode, reject, watermark) → shard queues → shards
+//	     (windows, sessions, timers) → merger (order) → sink
+//
+// The sequencer records every watermark step of a chunk with the input that
+// caused it and the processing clock at that moment. A shard applies its
+// own positions with the watermark that preceded each one and fires its
+// timers lazily, stamping each firing with the step at which the watermark
+// first reached it. Results therefore do not depend on the shard count or
+// on goroutine scheduling: a run is a function of its inputs and their
+// arrival times (contract §3, "live = replay").
+package engine
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/km0/edgeproc/geo"
+	"github.com/km0/edgeproc/internal/tmath"
+	"github.com/km0/edgeproc/position"
+	"github.com/km0/edgeproc/result"
+	"github.com/km0/edgeproc/watermark"
+	"github.com/km0/edgeproc/window"
+)
+
+// Config is what the engine needs of a market's configuration. Durations
+// are milliseconds.
+type Config struct {
+	Market                                 string
+	Size, Slide, Gap, ToleratedDelay       int64
+	IdleTimeout, MaxFutureSkew, RestoreTTL int64
+	Filter                                 geo.Filter
+	StoppedBelowM                          float64
+	H3Resolution                           int
+	// Topic is the MQTT subscription filter whose '+' level must equal the
+	// payload's courier; empty in a replay.
+	Topic string
+	// Shards is the number of shard goroutines. Default runtime.NumCPU().
+	Shards int
+	// ChunkSize is how many inputs the sequencer hands over at a time.
+	// Default 4096.
+	ChunkSize int
+}
+
+// Input is one arrived message.
+type Input struct {
+	Payload []byte // not retained after Push returns
+	Topic   string
+	// Arrival is the processing time in ms (the live clock, or a WAL
+	// record's). Without it, a replay line's own arrival_ms is used.
+	Arrival    int64
+	HasArrival bool
+	// Line identifies the input in a rejected record's key: the line of a
+	// replay file or the position in the write-ahead log.
+	Line int64
+}
+
+// Sink receives results in output order, one chunk at a time, from a single
+// goroutine. The slice is reused after Sink returns.
+type Sink func([]result.Record)
+
+// Engine processes one market. Push, Tick, Flush and Close must be called
+// from one goroutine.
+type Engine struct {
+	cfg    Config
+	params *params
+	dec    position.Decoder
+	wm     *watermark.Watermark
+	items  int64 // inputs pushed so far
+
+	shards []*shard
+	free   chan *chunk
+	merge  chan *chunk
+	cur    *chunk
+	wg     sync.WaitGroup
+	closed bool
+
+	received atomic.Int64
+	accepted atomic.Int64
+	rejected [len(position.Reasons) + 1]atomic.Int64
+}
+
+// params is the read-only configuration the shards share.
+type params struct {
+	market  string
+	spec    window.Spec
+	gap     int64
+	ttl     int64
+	filter  geo.Filter
+	stopped float64
+	res     int
+}
+
+const inFlight = 4 // chunks between the sequencer and the merger
+
+// New starts an engine whose results go to sink.
+func New(cfg Config, sink Sink) *Engine {
+	if cfg.Shards <= 0 {
+		cfg.Shards = runtime.NumCPU()
+	}
+	if cfg.ChunkSize <= 0 {
+		cfg.ChunkSize = 4096
+	}
+	e := &Engine{
+		cfg: cfg,
+		params: &params{
+			market: cfg.Market, spec: window.NewSpec(cfg.Size, cfg.Slide), gap: cfg.Gap,
+			ttl: cfg.RestoreTTL, filter: cfg.Filter, stopped: cfg.StoppedBelowM, res: cfg.H3Resolution,
+		},
+		wm:    watermark.New(cfg.ToleratedDelay, cfg.IdleTimeout, cfg.MaxFutureSkew),
+		free:  make(chan *chunk, inFlight),
+		merge: make(chan *chunk, inFlight),
+	}
+	for i := 0; i < inFlight; i++ {
+		e.free <- newChunk(cfg.Shards)
+	}
+	for i := 0; i < cfg.Shards; i++ {
+		s := newShard(i, e.params)
+		e.shards = append(e.shards, s)
+		e.wg.Add(1)
+		go func() { defer e.wg.Done(); s.run() }()
+	}
+	e.wg.Add(1)
+	go func() { defer e.wg.Done(); e.runMerger(sink) }()
+	return e
+}
+
+// Push processes one input: it is decoded and validated, moves the
+// watermark, and is routed to its courier's shard.
+func (e *Engine) Push(in *Input) {
+	c := e.chunk()
+	seq := 2*e.items + 1
+	e.items++
+	e.received.Add(1)
+
+	var p position.Position
+	reason := e.dec.Decode(in.Payload, &p)
+	switch {
+	case in.HasArrival:
+		e.clock(c, seq-1, in.Arrival)
+	case p.HasArrival:
+		e.clock(c, seq-1, p.Arrival)
+	}
+	if reason == position.OK && e.cfg.Topic != "" {
+		reason = position.CheckTopic(e.cfg.Topic, in.Topic, &p)
+	}
+	if reason == position.OK && e.wm.Future(p.TS) {
+		reason = position.FutureTimestamp
+	}
+	e.wm.Received()
+	now, _ := e.wm.Clock()
+	if reason != position.OK {
+		e.rejected[reason].Add(1)
+		c.recs = append(c.recs, result.Record{
+			Type: result.Rejected, Market: e.cfg.Market, EmittedAt: now,
+			Order:  result.Order{Seq: seq},
+			Reason: reason.String(), Raw: append([]byte(nil), result.TruncateRaw(in.Payload)...), Line: in.Line,
+		})
+	} else {
+		e.accepted.Add(1)
+		before := e.wm.Current()
+		if e.wm.Observe(p.TS) {
+			c.steps = append(c.steps, step{seq: seq, wm: e.wm.Current(), clock: now})
+		}
+		sh := shardOf(p.Courier, len(e.shards))
+		c.events[sh] = append(c.events[sh], event{
+			seq: seq, ts: p.TS, lat: p.Lat, lon: p.Lon, acc: max(p.Accuracy, 0),
+			wm: before, clock: now, off: uint32(len(c.names)), n: uint8(len(p.Courier)),
+		})
+		c.names = append(c.names, p.Courier...)
+	}
+	if c.inputs++; c.inputs >= e.cfg.ChunkSize {
+		e.Flush()
+	}
+}
+
+// clock moves the processing clock to now, applying the idle rule first.
+func (e *Engine) clock(c *chunk, seq, now int64) {
+	if e.wm.Idle(now) {
+		c.steps = append(c.steps, step{seq: seq, wm: e.wm.Current(), clock: now})
+	}
+}
+
+// Tick applies the idle rule at processing time now (the live service calls
+// it on a ticker) and hands what is pending to the shards.
+func (e *Engine) Tick(now int64) {
+	e.clock(e.chunk(), 2*e.items, now)
+	e.Flush()
+}
+
+// Flush hands the inputs pushed so far to the shards.
+func (e *Engine) Flush() {
+	if e.cur == nil {
+		return
+	}
+	c := e.cur
+	e.cur = nil
+	c.wm = e.wm.Current()
+	e.dispatch(c)
+}
+
+// Close ends the input: the watermark goes to +∞, everything open fires
+// (contract §3, end of a replay), and Close returns once the sink has
+// received every result.
+func (e *Engine) Close() {
+	c := e.chunk()
+	e.wm.End()
+	now, _ := e.wm.Clock()
+	c.steps = append(c.steps, step{seq: 2 * e.items, wm: tmath.Forever, clock: now})
+	c.endOfInput = true
+	e.Flush()
+	e.Stop()
+}
+
+// Stop hands over what is pending and waits for the sink to receive it,
+// without ending the input: open windows and sessions stay open. It is the
+// shutdown of a live service, whose input goes on after a restart.
+func (e *Engine) Stop() {
+	if e.closed {
+		return
+	}
+	e.closed = true
+	e.Flush()
+	for _, s := range e.shards {
+		close(s.in)
+	}
+	close(e.merge)
+	e.wg.Wait()
+}
+
+func (e *Engine) chunk() *chunk {
+	if e.cur == nil {
+		e.cur = <-e.free
+		e.cur.startWM = e.wm.Current()
+	}
+	return e.cur
+}
+
+func (e *Engine) dispatch(c *chunk) {
+	for _, s := range e.shards {
+		s.in <- c
+	}
+	e.merge <- c
+}
+
+func (e *Engine) runMerger(sink Sink) {
+	var out []result.Record
+	for c := range e.merge {
+		out = append(out[:0], c.recs...)
+		for _, s := range e.shards {
+			<-s.done // shards finish chunks in order
+			out = append(out, c.out[s.id]...)
+		}
+		sortRecords(out)
+		if len(out) > 0 {
+			sink(out)
+		}
+		c.reset()
+		e.free <- c
+	}
+}
+
+// shardOf maps a courier to a shard. Any stable hash does: results do not
+// depend on the assignment.
+func shardOf(courier []byte, n int) int {
+	h := uint32(2166136261) // FNV-1a
+	for _, b := range courier {
+		h = (h ^ uint32(b)) * 16777619
+	}
+	return int(h % uint32(n))
+}
+
+// Stats are the engine's counters so far.
+type Stats struct {
+	Received, Accepted int64
+	Rejected           map[string]int64 // by reason
+	Duplicates         int64
+	LateDistance       int64
+	LateSession        int64
+	Results            map[string]int64 // by type, rejected included
+	Couriers           int64            // couriers with state
+	Watermark          int64
+}
+
+// Stats returns the counters. It is safe to call from any goroutine.
+func (e *Engine) Stats() Stats {
+	st := Stats{
+		Received: e.received.Load(), Accepted: e.accepted.Load(),
+		Rejected: map[string]int64{}, Results: map[string]int64{},
+	}
+	for _, r := range position.Reasons {
+		st.Rejected[r.String()] = e.rejected[r].Load()
+		st.Results[result.Rejected.String()] += e.rejected[r].Load()
+	}
+	for _, s := range e.shards {
+		st.Duplicates += s.stats.duplicates.Load()
+		st.LateDistance += s.stats.lateDistance.Load()
+		st.LateSession += s.stats.lateSession.Load()
+		st.Couriers += s.stats.couriers.Load()
+		for _, t := range result.Types[:result.Rejected] {
+			st.Results[t.String()] += s.stats.results[t].Load()
+		}
+	}
+	st.Watermark = tmath.Never
+	for _, s := range e.shards {
+		st.Watermark = max(st.Watermark, s.stats.watermark.Load())
+	}
+	return st
+}

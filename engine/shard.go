@@ -1,0 +1,240 @@
+package engine
+
+import (
+	"container/heap"
+	"sync/atomic"
+
+	"github.com/km0/edgeproc/geo"
+	"github.com/km0/edgeproc/internal/tmath"
+	"github.com/km0/edgeproc/result"
+	"github.com/km0/edgeproc/sessions"
+	"github.com/km0/edgeproc/window"
+)
+
+// courier is one courier's state. Only its shard's goroutine touches it.
+type courier struct {
+	name   string
+	dist   window.Distance
+	sess   sessions.State
+	latest int64 // largest timestamp accepted by either operator
+	timer  int64 // when its live timer entry fires
+	timed  bool  // it has a live timer entry
+	gone   bool  // forgotten: its heap entries are stale
+}
+
+// shard owns a subset of the couriers.
+type shard struct {
+	id       int
+	p        *params
+	couriers map[string]*courier
+	timers   timerHeap
+	wm       int64
+	in       chan *chunk
+	done     chan struct{}
+
+	c   *chunk // being processed
+	out []result.Record
+
+	// firing is the courier whose timers run; onWindow and onSession are
+	// the method values handed to its state, made once to keep the
+	// per-position path free of allocations.
+	firing    *courier
+	onWindow  func(window.Window)
+	onSession func(sessions.Event)
+
+	stats struct {
+		duplicates, lateDistance, lateSession, couriers, watermark atomic.Int64
+		results                                                    [result.Rejected]atomic.Int64
+	}
+}
+
+func newShard(id int, p *params) *shard {
+	s := &shard{
+		id: id, p: p, couriers: map[string]*courier{}, wm: tmath.Never,
+		in: make(chan *chunk, inFlight), done: make(chan struct{}, inFlight),
+	}
+	s.stats.watermark.Store(tmath.Never)
+	s.onWindow, s.onSession = s.windowFired, s.sessionFired
+	return s
+}
+
+func (s *shard) run() {
+	for c := range s.in {
+		s.c, s.out = c, c.out[s.id]
+		for i := range c.events[s.id] {
+			s.apply(&c.events[s.id][i])
+		}
+		s.advance(c.wm)
+		if c.endOfInput {
+			s.advance(tmath.Forever)
+		}
+		c.out[s.id] = s.out
+		s.c, s.out = nil, nil
+		s.stats.couriers.Store(int64(len(s.couriers)))
+		s.stats.watermark.Store(s.wm)
+		s.done <- struct{}{}
+	}
+}
+
+// apply processes one position with the watermark that preceded it.
+func (s *shard) apply(ev *event) {
+	s.advance(ev.wm)
+	p := s.p
+	name := s.c.names[ev.off : ev.off+uint32(ev.n)]
+	c := s.couriers[string(name)]
+	lateD := p.spec.Late(ev.ts, ev.wm)
+	if c != nil {
+		s.firing = c
+		c.dist.Advance(p.spec, ev.wm, s.onWindow) // nothing is due: it only forgets
+		if !lateD && c.dist.Has(ev.ts) {
+			s.stats.duplicates.Add(1)
+			return
+		}
+	}
+	var lateS bool
+	if c != nil {
+		lateS = c.sess.Late(ev.ts, ev.wm, p.gap)
+	} else {
+		lateS = ev.wm >= tmath.Add(ev.ts, p.gap)
+	}
+	if lateD && lateS {
+		s.late(string(name), ev, result.OpDistance)
+		s.late(string(name), ev, result.OpSession)
+		return
+	}
+	if c == nil {
+		c = &courier{name: string(name), latest: tmath.Never}
+		c.dist.Start(ev.wm)
+		s.couriers[c.name] = c
+	}
+	if lateD {
+		s.late(c.name, ev, result.OpDistance)
+	} else {
+		c.dist.Insert(p.spec, p.filter, geo.Fix{TS: ev.ts, Lat: ev.lat, Lon: ev.lon, Acc: ev.acc})
+	}
+	if lateS {
+		s.late(c.name, ev, result.OpSession)
+	} else if r, ok := c.sess.Add(ev.ts, ev.lat, ev.lon, p.gap); ok {
+		s.emit(result.Record{
+			Type: result.SignalRestored, Courier: c.name, EmittedAt: ev.clock,
+			Order:      result.Order{Seq: ev.seq, Rank: 2},
+			SilentFrom: r.SilentFrom, RestoredAt: r.RestoredAt,
+		})
+	}
+	c.latest = max(c.latest, ev.ts)
+	s.schedule(c)
+}
+
+func (s *shard) late(name string, ev *event, op result.Operator) {
+	if op == result.OpDistance {
+		s.stats.lateDistance.Add(1)
+	} else {
+		s.stats.lateSession.Add(1)
+	}
+	s.emit(result.Record{
+		Type: result.Late, Courier: name, EmittedAt: ev.clock,
+		Order:    result.Order{Seq: ev.seq, Rank: uint8(op)},
+		Operator: op, TS: ev.ts, Watermark: ev.wm,
+	})
+}
+
+func (s *shard) emit(r result.Record) {
+	r.Market = s.p.market
+	s.stats.results[r.Type].Add(1)
+	s.out = append(s.out, r)
+}
+
+// advance moves the shard's watermark to wm, firing every due timer.
+func (s *shard) advance(wm int64) {
+	if wm <= s.wm {
+		return
+	}
+	for len(s.timers) > 0 && s.timers[0].at <= wm {
+		t := heap.Pop(&s.timers).(timer)
+		c := t.c
+		if c.gone || !c.timed || c.timer != t.at {
+			continue // superseded by an earlier entry
+		}
+		c.timed = false
+		s.fire(c, wm)
+	}
+	s.wm = wm
+}
+
+// fire runs everything of c that is due at wm.
+func (s *shard) fire(c *courier, wm int64) {
+	p := s.p
+	s.firing = c
+	c.dist.Advance(p.spec, wm, s.onWindow)
+	c.sess.Close(wm, p.gap, s.c.endOfInput && wm == tmath.Forever, s.onSession)
+	if c.dist.Idle() && !c.sess.Open() && wm >= tmath.Add(c.latest, p.ttl) {
+		// Nothing more can come of this courier: forget it, its LAG
+		// predecessor and any pending signal_restored with it.
+		c.gone = true
+		delete(s.couriers, c.name)
+		return
+	}
+	s.schedule(c)
+}
+
+func (s *shard) windowFired(w window.Window) {
+	st := s.c.stepAt(w.End)
+	s.emit(result.Record{
+		Type: result.Distance, Courier: s.firing.name, EmittedAt: st.clock,
+		Order: result.Order{Seq: st.seq, Phase: 1, At: w.End},
+		Start: w.Start, End: w.End, DistanceM: w.DistanceM, Positions: w.Positions,
+		Stopped: w.DistanceM < s.p.stopped, Cell: geo.Cell(w.Last.Lat, w.Last.Lon, s.p.res),
+	})
+}
+
+func (s *shard) sessionFired(ev sessions.Event) {
+	st := s.c.stepAt(ev.At)
+	r := result.Record{Courier: s.firing.name, EmittedAt: st.clock, Order: result.Order{Seq: st.seq, Phase: 1, At: ev.At}}
+	if ev.Kind == sessions.NoSignal {
+		r.Type, r.Order.Rank = result.NoSignal, 1
+		r.Start, r.End, r.Lat, r.Lon = ev.Session.Start, ev.Session.Last, ev.Session.Lat, ev.Session.Lon
+		r.Cell = geo.Cell(r.Lat, r.Lon, s.p.res)
+		r.EndOfInput = ev.EndOfInput
+	} else {
+		r.Type, r.Order.Rank = result.SignalRestored, 2
+		r.SilentFrom, r.RestoredAt = ev.SilentFrom, ev.RestoredAt
+	}
+	s.emit(r)
+}
+
+// schedule makes sure c has a timer entry no later than its next firing.
+func (s *shard) schedule(c *courier) {
+	next, ok := c.dist.NextEnd(s.p.spec)
+	if t, has := c.sess.NextClose(s.p.gap); has && (!ok || t < next) {
+		next, ok = t, true
+	}
+	if !ok { // idle: wake up to forget it
+		next = tmath.Add(c.latest, s.p.ttl)
+	}
+	if c.timed && c.timer <= next {
+		return
+	}
+	c.timer, c.timed = next, true
+	heap.Push(&s.timers, timer{at: next, c: c})
+}
+
+type timer struct {
+	at int64
+	c  *courier
+}
+
+// timerHeap is a min-heap of timers by time. Entries are invalidated
+// lazily: a courier's newer, earlier entry supersedes the older one.
+type timerHeap []timer
+
+func (h timerHeap) Len() int           { return len(h) }
+func (h timerHeap) Less(i, j int) bool { return h[i].at < h[j].at }
+func (h timerHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *timerHeap) Push(x any)        { *h = append(*h, x.(timer)) }
+func (h *timerHeap) Pop() any {
+	old := *h
+	t := old[len(old)-1]
+	old[len(old)-1] = timer{}
+	*h = old[:len(old)-1]
+	return t
+}

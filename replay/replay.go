@@ -1,0 +1,135 @@
+// Package replay runs the engine over a JSONL file of positions (contract
+// §9, `edgeproc replay`): the batch deployment of the same code the live
+// service runs. Lines are processed in file order, which is arrival order;
+// a line's arrival_ms drives the processing clock.
+package replay
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/km0/edgeproc/engine"
+	"github.com/km0/edgeproc/position"
+	"github.com/km0/edgeproc/result"
+)
+
+// Summary describes a finished replay.
+type Summary struct {
+	Lines   int64 // every line of the input, blank ones included
+	Stats   engine.Stats
+	Elapsed time.Duration
+}
+
+// String is the one-line summary printed at the end of a replay.
+func (s Summary) String() string {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "replay: %d positions, %d accepted; rejected %d", s.Stats.Received, s.Stats.Accepted, s.Stats.Received-s.Stats.Accepted)
+	sep := " ("
+	for _, r := range position.Reasons {
+		if n := s.Stats.Rejected[r.String()]; n > 0 {
+			fmt.Fprintf(&b, "%s%s %d", sep, r, n)
+			sep = ", "
+		}
+	}
+	if sep == ", " {
+		b.WriteString(")")
+	}
+	fmt.Fprintf(&b, "; duplicates %d; late distance %d, session %d; results", s.Stats.Duplicates, s.Stats.LateDistance, s.Stats.LateSession)
+	for _, t := range result.Types {
+		fmt.Fprintf(&b, " %s %d", t, s.Stats.Results[t.String()])
+	}
+	rate := 0.0
+	if s.Elapsed > 0 {
+		rate = float64(s.Stats.Received) / s.Elapsed.Seconds()
+	}
+	fmt.Fprintf(&b, "; %s, %.0f positions/s", s.Elapsed.Round(time.Millisecond), rate)
+	return b.String()
+}
+
+// Run replays in through the engine configured by cfg and writes every
+// record, in the engine's deterministic order, as JSON lines to out.
+func Run(cfg engine.Config, in io.Reader, out io.Writer) (Summary, error) {
+	start := time.Now()
+	w := bufio.NewWriterSize(out, 1<<20)
+	var werr error
+	var buf []byte
+	e := engine.New(cfg, func(rs []result.Record) {
+		if werr != nil {
+			return
+		}
+		for i := range rs {
+			buf = rs[i].AppendJSON(buf[:0])
+			buf = append(buf, '\n')
+			if _, err := w.Write(buf); err != nil {
+				werr = err
+				return
+			}
+		}
+	})
+	lines, rerr := readLines(in, func(line []byte, n int64) {
+		e.Push(&engine.Input{Payload: line, Line: n})
+	})
+	e.Close()
+	if werr == nil {
+		werr = w.Flush()
+	}
+	sum := Summary{Lines: lines, Stats: e.Stats(), Elapsed: time.Since(start)}
+	if rerr != nil {
+		return sum, fmt.Errorf("read input: %w", rerr)
+	}
+	if werr != nil {
+		return sum, fmt.Errorf("write results: %w", werr)
+	}
+	return sum, nil
+}
+
+// readLines calls fn with every non-blank line (without its line ending) and
+// its 1-based number, and returns how many lines there were. A line longer
+// than a payload may be is cut to position.MaxPayload+1 bytes: enough to be
+// rejected as too_large with its raw prefix, without holding it whole.
+func readLines(in io.Reader, fn func(line []byte, n int64)) (int64, error) {
+	r := bufio.NewReaderSize(in, 1<<20)
+	var long []byte
+	var n int64
+	for {
+		line, err := r.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			if len(long) <= position.MaxPayload {
+				long = append(long, line[:min(len(line), position.MaxPayload+1-len(long))]...)
+			}
+			continue
+		}
+		if long != nil {
+			if len(long) <= position.MaxPayload {
+				long = append(long, line[:min(len(line), position.MaxPayload+1-len(long))]...)
+			}
+			line, long = long, nil
+		}
+		if len(line) > 0 {
+			n++
+			line = bytes.TrimSuffix(bytes.TrimSuffix(line, []byte{'\n'}), []byte{'\r'})
+			if !blank(line) {
+				fn(line, n)
+			}
+		}
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+}
+
+func blank(b []byte) bool {
+	for _, c := range b {
+		if c != ' ' && c != '\t' && c != '\r' && c != '\n' {
+			return false
+		}
+	}
+	return true
+}

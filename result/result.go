@@ -1,0 +1,227 @@
+// Package result holds edgeproc's output records (contract §4) and their
+// JSON encoding. The same bytes go to a replay file and to NATS.
+package result
+
+import (
+	"encoding/json"
+	"strconv"
+
+	"github.com/uber/h3-go/v4"
+)
+
+// Type is a record type.
+type Type uint8
+
+// Record types. The order is the tie-break order of records of one courier
+// at one firing time.
+const (
+	Distance Type = iota
+	NoSignal
+	SignalRestored
+	Late
+	Rejected
+)
+
+var typeText = [...]string{"distance", "no_signal", "signal_restored", "late", "rejected"}
+
+// String returns the contract's type name.
+func (t Type) String() string { return typeText[t] }
+
+// Types lists every record type, for metrics and summaries.
+var Types = [...]Type{Distance, NoSignal, SignalRestored, Late, Rejected}
+
+// Operator is the operator a late record was late for.
+type Operator uint8
+
+const (
+	OpDistance Operator = iota
+	OpSession
+)
+
+func (o Operator) String() string {
+	if o == OpSession {
+		return "session"
+	}
+	return "distance"
+}
+
+// Order places a record in the deterministic output order: by the input
+// step that caused it (Seq), records of the input itself before the firings
+// its watermark causes (Phase), then by firing time, courier and type.
+// It is the order a single-threaded run would emit, whatever the sharding.
+type Order struct {
+	Seq   int64
+	Phase uint8 // 0: caused by the input itself; 1: fired by the watermark
+	At    int64 // firing time (Phase 1)
+	Rank  uint8 // tie-break between records of one courier
+}
+
+// Record is one output record. Which fields are set depends on Type.
+type Record struct {
+	Type      Type
+	Market    string
+	Courier   string
+	EmittedAt int64 // processing time of emission, ms
+	Order     Order
+
+	// Distance: the window. NoSignal: Start is session_start_ms and End is
+	// last_seen_ms.
+	Start, End int64
+	DistanceM  float64
+	Positions  int
+	Stopped    bool
+	Lat, Lon   float64 // NoSignal: the session's latest position
+	Cell       h3.Cell // Distance, NoSignal
+	EndOfInput bool    // NoSignal
+
+	SilentFrom, RestoredAt int64 // SignalRestored
+
+	Operator  Operator // Late
+	TS        int64    // Late: the position's timestamp_ms
+	Watermark int64    // Late: the watermark it was judged against
+
+	Reason string // Rejected
+	Raw    []byte // Rejected: the payload, at most RawLimit bytes
+	Line   int64  // Rejected: line of a replay file, or position in the log
+}
+
+// RawLimit is how much of a rejected payload is kept (1 KiB).
+const RawLimit = 1024
+
+// TruncateRaw returns at most RawLimit bytes of p, cut at a UTF-8 rune start.
+func TruncateRaw(p []byte) []byte {
+	if len(p) <= RawLimit {
+		return p
+	}
+	n := RawLimit
+	for n > RawLimit-4 && n > 0 && p[n]&0xC0 == 0x80 {
+		n--
+	}
+	return p[:n]
+}
+
+// Less reports whether a comes before b in the output order.
+func Less(a, b *Record) bool {
+	x, y := &a.Order, &b.Order
+	if x.Seq != y.Seq {
+		return x.Seq < y.Seq
+	}
+	if x.Phase != y.Phase {
+		return x.Phase < y.Phase
+	}
+	if x.At != y.At {
+		return x.At < y.At
+	}
+	if a.Courier != b.Courier {
+		return a.Courier < b.Courier
+	}
+	if x.Rank != y.Rank {
+		return x.Rank < y.Rank
+	}
+	return a.Start < b.Start
+}
+
+// AppendKey appends the record's idempotency key (contract §4).
+func (r *Record) AppendKey(dst []byte) []byte {
+	dst = append(dst, r.Type.String()...)
+	dst = append(dst, '|')
+	dst = append(dst, r.Market...)
+	dst = append(dst, '|')
+	switch r.Type {
+	case Rejected:
+		return strconv.AppendInt(dst, r.Line, 10)
+	case Distance, NoSignal:
+		dst = append(dst, r.Courier...)
+		dst = append(dst, '|')
+		return strconv.AppendInt(dst, r.Start, 10)
+	case SignalRestored:
+		dst = append(dst, r.Courier...)
+		dst = append(dst, '|')
+		return strconv.AppendInt(dst, r.SilentFrom, 10)
+	default: // Late
+		dst = append(dst, r.Courier...)
+		dst = append(dst, '|')
+		dst = strconv.AppendInt(dst, r.TS, 10)
+		dst = append(dst, '|')
+		return append(dst, r.Operator.String()...)
+	}
+}
+
+// Key returns the record's idempotency key.
+func (r *Record) Key() string { return string(r.AppendKey(nil)) }
+
+// AppendJSON appends the record as one JSON object (no newline). Market and
+// courier ids are validated upstream to need no escaping.
+func (r *Record) AppendJSON(dst []byte) []byte {
+	dst = append(dst, `{"type":"`...)
+	dst = append(dst, r.Type.String()...)
+	dst = append(dst, `","market":"`...)
+	dst = append(dst, r.Market...)
+	if r.Type != Rejected {
+		dst = append(dst, `","courier":"`...)
+		dst = append(dst, r.Courier...)
+	}
+	dst = append(dst, `","key":"`...)
+	dst = r.AppendKey(dst)
+	dst = append(dst, '"')
+	switch r.Type {
+	case Distance:
+		dst = appendInt(dst, "window_start_ms", r.Start)
+		dst = appendInt(dst, "window_end_ms", r.End)
+		dst = appendFloat(dst, "distance_m", r.DistanceM)
+		dst = appendInt(dst, "positions", int64(r.Positions))
+		dst = append(dst, `,"stopped":`...)
+		dst = strconv.AppendBool(dst, r.Stopped)
+		dst = appendCell(dst, r.Cell)
+	case NoSignal:
+		dst = appendInt(dst, "session_start_ms", r.Start)
+		dst = appendInt(dst, "last_seen_ms", r.End)
+		dst = appendFloat(dst, "last_lat", r.Lat)
+		dst = appendFloat(dst, "last_lon", r.Lon)
+		dst = appendCell(dst, r.Cell)
+		if r.EndOfInput {
+			dst = append(dst, `,"end_of_input":true`...)
+		}
+	case SignalRestored:
+		dst = appendInt(dst, "silent_from_ms", r.SilentFrom)
+		dst = appendInt(dst, "restored_at_ms", r.RestoredAt)
+		dst = appendInt(dst, "gap_ms", r.RestoredAt-r.SilentFrom)
+	case Late:
+		dst = append(dst, `,"operator":"`...)
+		dst = append(dst, r.Operator.String()...)
+		dst = append(dst, '"')
+		dst = appendInt(dst, "timestamp_ms", r.TS)
+		dst = appendInt(dst, "watermark_ms", r.Watermark)
+		dst = appendInt(dst, "lateness_ms", r.Watermark-r.TS)
+	case Rejected:
+		dst = append(dst, `,"reason":"`...)
+		dst = append(dst, r.Reason...)
+		dst = append(dst, `","raw":`...)
+		// Rare path: encoding/json gets every escape and invalid UTF-8 right.
+		raw, _ := json.Marshal(string(r.Raw))
+		dst = append(dst, raw...)
+		dst = appendInt(dst, "line", r.Line)
+	}
+	dst = appendInt(dst, "emitted_at_ms", r.EmittedAt)
+	return append(dst, '}')
+}
+
+func appendInt(dst []byte, name string, v int64) []byte {
+	dst = append(dst, `,"`...)
+	dst = append(dst, name...)
+	dst = append(dst, `":`...)
+	return strconv.AppendInt(dst, v, 10)
+}
+
+func appendFloat(dst []byte, name string, v float64) []byte {
+	dst = append(dst, `,"`...)
+	dst = append(dst, name...)
+	dst = append(dst, `":`...)
+	return strconv.AppendFloat(dst, v, 'f', -1, 64)
+}
+
+func appendCell(dst []byte, c h3.Cell) []byte {
+	dst = append(dst, `,"cell":"`...)
+	dst = strconv.AppendUint(dst, uint64(c), 16)
+	return append(dst, '"')
+}

@@ -1,0 +1,92 @@
+// Package watermark holds a market's event-time watermark and processing
+// clock (contract §3): bounded out-of-orderness, the idle-source rule, and
+// the future-timestamp check.
+//
+// The watermark is wm = max_ts - tolerated_delay (Flink's bounded
+// out-of-orderness watermark + 1 ms). When no message has arrived for
+// idle_timeout of processing time, event time is taken to advance with the
+// processing clock from the newest event seen, so a fleet that goes silent
+// still gets its no-signal warnings.
+//
+// It depends only on valid positions' timestamps and on arrival times, not
+// on per-courier state, which is why one sequencer can compute it for all
+// shards.
+package watermark
+
+import "github.com/km0/edgeproc/internal/tmath"
+
+// Watermark is one market's watermark. It is not safe for concurrent use.
+type Watermark struct {
+	delay, idle, skew int64
+
+	wm    int64
+	maxTS int64
+
+	clock      int64 // the processing clock, when known
+	hasClock   bool
+	maxArrival int64 // arrival of the first position that reached maxTS
+	hasMaxArr  bool
+	last       int64 // arrival of the last message, valid or not
+	hasLast    bool
+}
+
+// New returns the watermark of a market, all in ms: tolerated delay, idle
+// timeout (0 = never advance on idleness) and maximum future skew.
+func New(delay, idleTimeout, maxFutureSkew int64) *Watermark {
+	return &Watermark{delay: delay, idle: idleTimeout, skew: maxFutureSkew, wm: tmath.Never, maxTS: tmath.Never}
+}
+
+// Current returns the watermark (tmath.Never before any position,
+// tmath.Forever after End).
+func (w *Watermark) Current() int64 { return w.wm }
+
+// Clock returns the processing clock and whether there is one yet.
+func (w *Watermark) Clock() (int64, bool) { return w.clock, w.hasClock }
+
+// Idle applies the idle-source rule at processing time now and moves the
+// clock there. It reports whether the watermark advanced.
+func (w *Watermark) Idle(now int64) bool {
+	w.clock, w.hasClock = now, true
+	if w.idle <= 0 || !w.hasLast || !w.hasMaxArr || w.maxTS == tmath.Never {
+		return false
+	}
+	if now < tmath.Add(w.last, w.idle) {
+		return false
+	}
+	return w.raise(tmath.Add(w.maxTS, tmath.Add(now-w.maxArrival, -w.delay)))
+}
+
+// Future reports whether ts is more than the maximum skew ahead of the
+// processing clock. Without a clock nothing is in the future.
+func (w *Watermark) Future(ts int64) bool {
+	return w.hasClock && ts > tmath.Add(w.clock, w.skew)
+}
+
+// Received records that a message (valid or not) arrived at the clock.
+func (w *Watermark) Received() {
+	if w.hasClock {
+		w.last, w.hasLast = w.clock, true
+	}
+}
+
+// Observe applies a valid, non-duplicate position's timestamp and reports
+// whether the watermark advanced.
+func (w *Watermark) Observe(ts int64) bool {
+	if ts <= w.maxTS {
+		return false
+	}
+	w.maxTS = ts
+	w.maxArrival, w.hasMaxArr = w.clock, w.hasClock
+	return w.raise(tmath.Add(ts, -w.delay))
+}
+
+// End moves the watermark to +∞: the input has ended.
+func (w *Watermark) End() { w.wm = tmath.Forever }
+
+func (w *Watermark) raise(v int64) bool {
+	if v <= w.wm {
+		return false
+	}
+	w.wm = v
+	return true
+}

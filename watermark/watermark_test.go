@@ -1,0 +1,66 @@
+package watermark
+
+import (
+	"testing"
+
+	"github.com/km0/edgeproc/internal/tmath"
+)
+
+func TestWatermark_BoundedDelay(t *testing.T) {
+	w := New(45_000, 0, 60_000)
+	if w.Current() != tmath.Never {
+		t.Fatalf("start: got %d, want -inf", w.Current())
+	}
+	w.Observe(100_000)
+	w.Observe(90_000) // older: no change
+	if got := w.Current(); got != 55_000 {
+		t.Fatalf("got %d, want 100000-45000", got)
+	}
+}
+
+func TestWatermark_IdleAdvance(t *testing.T) {
+	w := New(10_000, 30_000, 60_000)
+	w.Idle(1_000_000)
+	w.Received()
+	w.Observe(500_000) // arrives at 1_000_000
+	if w.Idle(1_029_999) {
+		t.Fatalf("idle for 29.999 s of a 30 s timeout: want no advance")
+	}
+	if !w.Idle(1_030_000) {
+		t.Fatalf("idle for the timeout: want an advance")
+	}
+	// max_ts + (now - arrival_of(max_ts)) - delay = 500000 + 30000 - 10000
+	if got := w.Current(); got != 520_000 {
+		t.Fatalf("got %d, want 520000", got)
+	}
+}
+
+func TestWatermark_IdleNeedsClockAndTimeout(t *testing.T) {
+	w := New(0, 0, 0)
+	w.Idle(1)
+	w.Received()
+	w.Observe(5)
+	if w.Idle(1 << 40) {
+		t.Fatalf("idle_timeout 0 must never advance")
+	}
+	w = New(0, 10, 0)
+	w.Received() // no clock: not a timed arrival
+	w.Observe(5)
+	if w.Idle(1 << 40) {
+		t.Fatalf("a max_ts reached without a clock has no arrival: want no advance")
+	}
+}
+
+func TestWatermark_Future(t *testing.T) {
+	w := New(0, 0, 60_000)
+	if w.Future(1 << 50) {
+		t.Fatalf("no clock: nothing is in the future")
+	}
+	w.Idle(1_000_000)
+	if w.Future(1_060_000) {
+		t.Fatalf("exactly the skew ahead must be accepted")
+	}
+	if !w.Future(1_060_001) {
+		t.Fatalf("skew + 1 ms ahead must be rejected")
+	}
+}

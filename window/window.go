@@ -1,0 +1,256 @@
+// Package window holds one courier's sliding event-time distance windows
+// (contract §3): windows [start, start+Size) with start a multiple of Slide,
+// fired once when the watermark reaches their end.
+//
+// State is kept in panes of gcd(Size, Slide) milliseconds, the way Flink
+// slices sliding windows: a position updates one pane, and a window is the
+// sum of its panes when it fires, so the work per position does not grow
+// with Size/Slide. The fixes themselves are kept only while they can still
+// change an unfired window — an out-of-order fix changes the LAG segment of
+// its successor — plus the one predecessor the oldest of them needs.
+package window
+
+import (
+	"sort"
+
+	"github.com/km0/edgeproc/geo"
+	"github.com/km0/edgeproc/internal/tmath"
+)
+
+// Spec is the window geometry, in milliseconds.
+type Spec struct {
+	Size, Slide int64
+	pane        int64
+}
+
+// NewSpec returns the geometry of windows of size ms sliding every slide ms
+// (0 < slide <= size).
+func NewSpec(size, slide int64) Spec {
+	return Spec{Size: size, Slide: slide, pane: tmath.GCD(size, slide)}
+}
+
+// LastEnd returns the end of the latest window holding ts.
+func (s Spec) LastEnd(ts int64) int64 {
+	return tmath.Add(tmath.FloorDiv(ts, s.Slide)*s.Slide, s.Size)
+}
+
+// Late reports whether a position at ts is late for distance at watermark
+// wm: every window that could hold it has fired.
+func (s Spec) Late(ts, wm int64) bool { return wm >= s.LastEnd(ts) }
+
+// lowBound returns the smallest timestamp that is not late at wm.
+func (s Spec) lowBound(wm int64) int64 {
+	if wm < tmath.Never+s.Size {
+		return tmath.Never
+	}
+	return (tmath.FloorDiv(wm-s.Size, s.Slide) + 1) * s.Slide
+}
+
+// ceilEnd returns the smallest window end >= x.
+func (s Spec) ceilEnd(x int64) int64 {
+	k := -tmath.FloorDiv(s.Size-x, s.Slide) // ⌈(x-Size)/Slide⌉
+	if k > (tmath.Forever-s.Size)/s.Slide {
+		return tmath.Forever
+	}
+	return k*s.Slide + s.Size
+}
+
+// Window is a fired window of one courier.
+type Window struct {
+	Start, End int64
+	DistanceM  float64
+	Positions  int
+	Last       geo.Fix // the window's fix with the largest timestamp
+}
+
+type pane struct {
+	idx int64   // pane start = idx * Spec.pane
+	sum float64 // segments of the pane's fixes, added in timestamp order
+	n   int32
+}
+
+// Distance is one courier's distance state. Its zero value is not ready:
+// call Start first.
+type Distance struct {
+	fixes   []geo.Fix // by timestamp; fixes that can still change an unfired window
+	pred    geo.Fix   // newest fix dropped from fixes: the LAG predecessor of fixes[0]
+	hasPred bool
+	panes   []pane // by idx; one per pane holding a retained fix
+	fired   int64  // every window ending at or before fired has been handled
+}
+
+// Start readies d for a courier first seen at watermark wm: windows that
+// ended at or before wm are never created.
+func (d *Distance) Start(wm int64) { *d = Distance{fired: wm} }
+
+// Has reports whether a retained fix has timestamp ts. Every accepted fix
+// that is not late is retained, so this is the duplicate check of contract §2.
+func (d *Distance) Has(ts int64) bool {
+	i := d.search(ts)
+	return i < len(d.fixes) && d.fixes[i].TS == ts
+}
+
+// search returns the index of the first retained fix with TS >= ts.
+func (d *Distance) search(ts int64) int {
+	n := len(d.fixes)
+	if n == 0 || d.fixes[n-1].TS < ts { // in-order arrival: the common case
+		return n
+	}
+	return sort.Search(n, func(i int) bool { return d.fixes[i].TS >= ts })
+}
+
+// Idle reports whether no window holding a fix of this courier is unfired.
+func (d *Distance) Idle() bool { return len(d.panes) == 0 }
+
+// Insert adds a fix that is not late and not a duplicate (see Has).
+// The caller has advanced d to the current watermark first.
+func (d *Distance) Insert(s Spec, f geo.Filter, x geo.Fix) {
+	i := d.search(x.TS)
+	n := len(d.fixes)
+	var seg float64
+	if i > 0 {
+		seg = f.Segment(d.fixes[i-1], x)
+	} else if d.hasPred {
+		seg = f.Segment(d.pred, x)
+	}
+	if n == cap(d.fixes) {
+		// Grow by a quarter, not double: this slice is most of a courier's
+		// retained memory.
+		grown := make([]geo.Fix, n, n+n/4+16)
+		copy(grown, d.fixes)
+		d.fixes = grown
+	}
+	d.fixes = d.fixes[:n+1]
+	copy(d.fixes[i+1:], d.fixes[i:n])
+	d.fixes[i] = x
+
+	p := d.paneOf(x.TS / s.pane)
+	d.panes[p].n++
+	if i == n {
+		d.panes[p].sum += seg
+		return
+	}
+	// Out of order: x takes its own segment and changes its successor's.
+	// Recompute both panes left to right, so a pane's sum never depends on
+	// arrival order.
+	d.resum(s, f, p)
+	if q := d.paneOf(d.fixes[i+1].TS / s.pane); q != p {
+		d.resum(s, f, q)
+	}
+}
+
+// paneOf returns the index in d.panes of pane idx, adding it if needed.
+func (d *Distance) paneOf(idx int64) int {
+	n := len(d.panes)
+	if n > 0 && d.panes[n-1].idx == idx {
+		return n - 1
+	}
+	j := n
+	if n > 0 && d.panes[n-1].idx > idx {
+		j = sort.Search(n, func(k int) bool { return d.panes[k].idx >= idx })
+		if d.panes[j].idx == idx {
+			return j
+		}
+	}
+	d.panes = append(d.panes, pane{})
+	copy(d.panes[j+1:], d.panes[j:n])
+	d.panes[j] = pane{idx: idx}
+	return j
+}
+
+// resum recomputes the segment sum of pane p from its fixes.
+func (d *Distance) resum(s Spec, f geo.Filter, p int) {
+	start := d.panes[p].idx * s.pane
+	i := d.search(start)
+	var sum float64
+	for ; i < len(d.fixes) && d.fixes[i].TS < start+s.pane; i++ {
+		if i > 0 {
+			sum += f.Segment(d.fixes[i-1], d.fixes[i])
+		} else if d.hasPred {
+			sum += f.Segment(d.pred, d.fixes[i])
+		}
+	}
+	d.panes[p].sum = sum
+}
+
+// NextEnd returns the end of the next window that will fire, if any.
+func (d *Distance) NextEnd(s Spec) (int64, bool) {
+	if len(d.panes) == 0 {
+		return 0, false
+	}
+	return d.firstEnd(s), true
+}
+
+func (d *Distance) firstEnd(s Spec) int64 {
+	from := max(d.fired, d.panes[0].idx*s.pane)
+	if from == tmath.Forever {
+		return tmath.Forever
+	}
+	return s.ceilEnd(from + 1)
+}
+
+// Advance fires, in order of end, every window holding a fix whose end is
+// in (previous watermark, wm], then forgets what no unfired window needs.
+func (d *Distance) Advance(s Spec, wm int64, fire func(Window)) {
+	if wm <= d.fired {
+		return
+	}
+	if len(d.panes) > 0 && d.firstEnd(s) <= wm {
+		d.fire(s, wm, fire)
+	}
+	d.fired = wm
+	d.evict(s, s.lowBound(wm))
+}
+
+func (d *Distance) fire(s Spec, wm int64, fire func(Window)) {
+	lo := 0
+	for e := d.firstEnd(s); e <= wm; {
+		start := e - s.Size
+		for lo < len(d.panes) && d.panes[lo].idx*s.pane < start {
+			lo++
+		}
+		if lo == len(d.panes) {
+			return
+		}
+		if first := d.panes[lo].idx * s.pane; first >= e {
+			e = s.ceilEnd(first + 1) // skip windows holding nothing
+			continue
+		}
+		w := Window{Start: start, End: e}
+		for j := lo; j < len(d.panes) && d.panes[j].idx*s.pane < e; j++ {
+			w.DistanceM += d.panes[j].sum
+			w.Positions += int(d.panes[j].n)
+		}
+		w.Last = d.fixes[d.search(e)-1]
+		fire(w)
+		if e > tmath.Forever-s.Slide {
+			return
+		}
+		e += s.Slide
+	}
+}
+
+// evict drops the fixes before lb (they can no longer be accepted, and every
+// window holding them has fired), keeping the newest as the predecessor.
+// lb is a multiple of the pane length, so panes are dropped whole.
+func (d *Distance) evict(s Spec, lb int64) {
+	k := 0
+	for k < len(d.fixes) && d.fixes[k].TS < lb {
+		k++
+	}
+	if k == 0 {
+		return
+	}
+	d.pred, d.hasPred = d.fixes[k-1], true
+	if k == len(d.fixes) {
+		// An idle courier keeps only its predecessor.
+		d.fixes, d.panes = nil, nil
+		return
+	}
+	d.fixes = d.fixes[:copy(d.fixes, d.fixes[k:])]
+	j := 0
+	for j < len(d.panes) && d.panes[j].idx*s.pane < lb {
+		j++
+	}
+	d.panes = d.panes[:copy(d.panes, d.panes[j:])]
+}

@@ -1,0 +1,211 @@
+package window
+
+import (
+	"math"
+	"math/rand/v2"
+	"sort"
+	"testing"
+
+	"github.com/km0/edgeproc/geo"
+)
+
+const minute = 60_000
+
+// fixAt places fixes on a meridian so that distances are easy to reason
+// about: metres north of 41°N.
+func fixAt(ts int64, north float64) geo.Fix {
+	return geo.Fix{TS: ts, Lat: 41 + north/(geo.EarthRadiusM*math.Pi/180), Lon: 2}
+}
+
+func collect(d *Distance, s Spec, wm int64) []Window {
+	var got []Window
+	d.Advance(s, wm, func(w Window) { got = append(got, w) })
+	return got
+}
+
+func TestDistance_FiresAtWatermark(t *testing.T) {
+	s := NewSpec(minute, minute)
+	var d Distance
+	d.Start(-1)
+	d.Insert(s, geo.Filter{}, fixAt(10_000, 0))
+	d.Insert(s, geo.Filter{}, fixAt(50_000, 100))
+	if got := collect(&d, s, minute-1); len(got) != 0 {
+		t.Fatalf("wm = end-1: got %d windows, want 0", len(got))
+	}
+	got := collect(&d, s, minute)
+	if len(got) != 1 {
+		t.Fatalf("wm = end: got %d windows, want 1", len(got))
+	}
+	w := got[0]
+	if w.Start != 0 || w.End != minute || w.Positions != 2 || math.Abs(w.DistanceM-100) > 1e-6 || w.Last.TS != 50_000 {
+		t.Fatalf("got %+v, want [0,60000) 2 positions 100 m last 50000", w)
+	}
+	if got := collect(&d, s, 10*minute); len(got) != 0 {
+		t.Fatalf("a window fires once: got %d more", len(got))
+	}
+	if !d.Idle() {
+		t.Fatalf("all windows fired: want idle")
+	}
+}
+
+func TestDistance_SlidingCountsEachPositionInEveryWindow(t *testing.T) {
+	s := NewSpec(3*minute, minute)
+	var d Distance
+	d.Start(-1)
+	d.Insert(s, geo.Filter{}, fixAt(30_000, 0))   // pane 0
+	d.Insert(s, geo.Filter{}, fixAt(90_000, 10))  // pane 1, +10
+	d.Insert(s, geo.Filter{}, fixAt(150_000, 30)) // pane 2, +20
+	got := collect(&d, s, 1_000*minute)
+	// Windows ending at 1..5 minutes: [-2,1) [-1,2) [0,3) [1,4) [2,5).
+	want := []struct {
+		start int64
+		n     int
+		dist  float64
+	}{{-2 * minute, 1, 0}, {-minute, 2, 10}, {0, 3, 30}, {minute, 2, 30}, {2 * minute, 1, 20}}
+	if len(got) != len(want) {
+		t.Fatalf("got %d windows, want %d: %+v", len(got), len(want), got)
+	}
+	for i, w := range want {
+		if got[i].Start != w.start || got[i].Positions != w.n || math.Abs(got[i].DistanceM-w.dist) > 1e-6 {
+			t.Errorf("window %d: got start %d n %d dist %.3f, want %d %d %.3f", i, got[i].Start, got[i].Positions, got[i].DistanceM, w.start, w.n, w.dist)
+		}
+	}
+}
+
+func TestDistance_OutOfOrderChangesSuccessorSegment(t *testing.T) {
+	s := NewSpec(minute, minute)
+	var d Distance
+	d.Start(-1)
+	d.Insert(s, geo.Filter{}, fixAt(10_000, 0))
+	d.Insert(s, geo.Filter{}, fixAt(70_000, 100)) // next pane: segment 100
+	// Arrives late, between them, 300 m north: segments become 300 and 200.
+	d.Insert(s, geo.Filter{}, fixAt(40_000, 300))
+	got := collect(&d, s, 2*minute)
+	if len(got) != 2 || math.Abs(got[0].DistanceM-300) > 1e-6 || math.Abs(got[1].DistanceM-200) > 1e-6 {
+		t.Fatalf("got %+v, want windows of 300 m and 200 m", got)
+	}
+}
+
+func TestDistance_NeverCreatedWindow(t *testing.T) {
+	// A fix whose earlier windows have already ended joins only the open ones.
+	s := NewSpec(2*minute, minute)
+	var d Distance
+	d.Start(2 * minute)                         // windows ending at or before 2m are gone
+	d.Insert(s, geo.Filter{}, fixAt(90_000, 0)) // windows [0,2m) (ended) and [1m,3m)
+	got := collect(&d, s, 10*minute)
+	if len(got) != 1 || got[0].Start != minute {
+		t.Fatalf("got %+v, want only the window starting at 1m", got)
+	}
+}
+
+func TestDistance_PredecessorSurvivesEviction(t *testing.T) {
+	s := NewSpec(minute, minute)
+	var d Distance
+	d.Start(-1)
+	d.Insert(s, geo.Filter{}, fixAt(10_000, 0))
+	collect(&d, s, 5*minute) // fires and evicts everything
+	d.Insert(s, geo.Filter{}, fixAt(5*minute+1, 50))
+	got := collect(&d, s, 6*minute)
+	if len(got) != 1 || math.Abs(got[0].DistanceM-50) > 1e-6 {
+		t.Fatalf("got %+v, want 50 m from the evicted predecessor", got)
+	}
+}
+
+func TestSpec_Late(t *testing.T) {
+	s := NewSpec(5*minute, minute)
+	// The latest window holding 12:00:30 (in minutes: 0.5) ends at 5m.
+	if s.Late(30_000, 5*minute-1) {
+		t.Errorf("wm one before the last end: want not late")
+	}
+	if !s.Late(30_000, 5*minute) {
+		t.Errorf("wm at the last end: want late")
+	}
+}
+
+// TestDistance_MatchesNaive inserts random out-of-order fixes and compares
+// every fired window with a from-scratch LAG-then-sum computation.
+func TestDistance_MatchesNaive(t *testing.T) {
+	for seed := uint64(0); seed < 200; seed++ {
+		r := rand.New(rand.NewPCG(seed, 1))
+		size := int64(1+r.IntN(5)) * 10_000
+		slide := size / int64(1+r.IntN(3))
+		if r.IntN(4) == 0 {
+			slide = 7_000 // not a divisor of size
+			if slide > size {
+				slide = size
+			}
+		}
+		s := NewSpec(size, slide)
+		f := geo.Filter{}
+		if r.IntN(2) == 0 {
+			f = geo.Filter{MinMoveM: 20, MaxSpeedKmh: 100}
+		}
+		var d Distance
+		d.Start(-1 << 40)
+		wm := int64(-1 << 40)
+		var accepted []geo.Fix
+		type win struct {
+			start, end int64
+			joined     map[int64]bool
+		}
+		open := map[int64]*win{}
+		var got, want []Window
+		for i := 0; i < 300; i++ {
+			ts := int64(1_000 + r.IntN(200_000))
+			if s.Late(ts, wm) || d.Has(ts) {
+				continue
+			}
+			x := geo.Fix{TS: ts, Lat: 41 + r.Float64()*0.01, Lon: 2 + r.Float64()*0.01, Acc: float64(r.IntN(30))}
+			d.Advance(s, wm, func(w Window) { got = append(got, w) })
+			d.Insert(s, f, x)
+			accepted = append(accepted, x)
+			for st := (ts / slide) * slide; st > ts-size; st -= slide {
+				if st+size > wm {
+					if open[st] == nil {
+						open[st] = &win{start: st, end: st + size, joined: map[int64]bool{}}
+					}
+					open[st].joined[ts] = true
+				}
+			}
+			if r.IntN(3) == 0 {
+				wm += int64(r.IntN(20_000))
+				d.Advance(s, wm, func(w Window) { got = append(got, w) })
+				// naive firing
+				var starts []int64
+				for st, w := range open {
+					if w.end <= wm {
+						starts = append(starts, st)
+					}
+				}
+				sort.Slice(starts, func(a, b int) bool { return starts[a] < starts[b] })
+				sorted := append([]geo.Fix(nil), accepted...)
+				sort.Slice(sorted, func(a, b int) bool { return sorted[a].TS < sorted[b].TS })
+				for _, st := range starts {
+					w := open[st]
+					delete(open, st)
+					nw := Window{Start: w.start, End: w.end}
+					for k, p := range sorted {
+						if !w.joined[p.TS] {
+							continue
+						}
+						if k > 0 {
+							nw.DistanceM += f.Segment(sorted[k-1], p)
+						}
+						nw.Positions++
+						nw.Last = p
+					}
+					want = append(want, nw)
+				}
+			}
+		}
+		if len(got) != len(want) {
+			t.Fatalf("seed %d: got %d windows, want %d", seed, len(got), len(want))
+		}
+		for i := range want {
+			g, w := got[i], want[i]
+			if g.Start != w.Start || g.End != w.End || g.Positions != w.Positions || g.Last != w.Last || math.Abs(g.DistanceM-w.DistanceM) > 1e-6 {
+				t.Fatalf("seed %d window %d: got %+v, want %+v", seed, i, g, w)
+			}
+		}
+	}
+}
