@@ -1,0 +1,204 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// mustParse parses src named file, failing the test on error.
+func mustParse(tb testing.TB, src string) Config {
+	tb.Helper()
+	c, err := Parse(strings.NewReader(src), "test.yaml")
+	if err != nil {
+		tb.Fatalf("Parse: %v", err)
+	}
+	return c
+}
+
+// contractGirona is contract §6 with the project's distance defaults.
+func contractGirona() Config {
+	return Config{
+		Market: "girona",
+		MQTT: MQTT{
+			URL:           "mqtt://127.0.0.1:1883",
+			Topic:         "km0/girona/positions/+",
+			ClientID:      "edgeproc-girona",
+			SessionExpiry: 24 * time.Hour,
+		},
+		NATS: NATS{
+			URL:             "nats://127.0.0.1:4222",
+			SubjectPrefix:   "delivery",
+			Stream:          "EDGEPROC_GIRONA",
+			DuplicateWindow: 10 * time.Minute,
+		},
+		Windows: Windows{
+			Size:            5 * time.Minute,
+			Slide:           time.Minute,
+			Gap:             3 * time.Minute,
+			ToleratedDelay:  45 * time.Second,
+			AllowedLateness: 0,
+			IdleTimeout:     30 * time.Second,
+			MaxFutureSkew:   time.Minute,
+			RestoreTTL:      24 * time.Hour,
+		},
+		Distance: Distance{MinMoveM: 10, MaxSpeedKmh: 150, StoppedBelowM: 50},
+		Geo:      Geo{H3Resolution: 9},
+		State:    State{Dir: "./state/girona", CheckpointInterval: 10 * time.Second},
+		HTTP:     HTTP{Listen: "127.0.0.1:9464"},
+	}
+}
+
+func TestDefault_MatchesContract(t *testing.T) {
+	want := contractGirona()
+	want.Market = ""
+	want.MQTT.Topic, want.MQTT.ClientID, want.NATS.Stream, want.State.Dir = "", "", "", ""
+	if got := Default(); !reflect.DeepEqual(got, want) {
+		t.Errorf("Default():\n got %+v\nwant %+v", got, want)
+	}
+}
+
+func TestDefault_IsFresh(t *testing.T) {
+	a := Default()
+	a.Windows.Size = time.Hour
+	if got := Default().Windows.Size; got != 5*time.Minute {
+		t.Errorf("Default().Windows.Size after mutating a copy = %v, want 5m", got)
+	}
+}
+
+func TestParse_OnlyMarketGetsAllDefaults(t *testing.T) {
+	tests := []struct {
+		name, src string
+		want      func() Config
+	}{
+		{"girona", "market: girona\n", contractGirona},
+		{"dash in market", "market: costa-brava\n", func() Config {
+			c := contractGirona()
+			c.Market = "costa-brava"
+			c.MQTT.Topic = "km0/costa-brava/positions/+"
+			c.MQTT.ClientID = "edgeproc-costa-brava"
+			c.NATS.Stream = "EDGEPROC_COSTA_BRAVA"
+			c.State.Dir = "./state/costa-brava"
+			return c
+		}},
+		{"null sections and null keys keep defaults", "market: girona\nmqtt:\nwindows: ~\nnats:\n  stream:\n", contractGirona},
+		{"file overrides market-derived defaults", "market: girona\nmqtt:\n  topic: a/b/+\n  client_id: c1\nnats:\n  stream: S\nstate:\n  dir: /var/lib/x\n", func() Config {
+			c := contractGirona()
+			c.MQTT.Topic, c.MQTT.ClientID, c.NATS.Stream, c.State.Dir = "a/b/+", "c1", "S", "/var/lib/x"
+			return c
+		}},
+		{"document marker and comments", "# market file\n---\nmarket: girona # here\n...\n", contractGirona},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got, want := mustParse(t, tt.src), tt.want(); !reflect.DeepEqual(got, want) {
+				t.Errorf("got  %+v\nwant %+v", got, want)
+			}
+		})
+	}
+}
+
+func TestLoad_Testdata(t *testing.T) {
+	girona := contractGirona()
+	girona.MQTT.Username = "edgeproc"
+	girona.MQTT.PasswordEnv = "EDGEPROC_MQTT_PASSWORD"
+	girona.NATS.CredsEnv = "EDGEPROC_NATS_CREDS"
+	girona.Distance.MinMoveM, girona.Distance.MaxSpeedKmh = 0, 0
+
+	valencia := Config{
+		Market: "valencia",
+		MQTT: MQTT{
+			URL:           "mqtts://127.0.0.1:8883",
+			Topic:         "km0/valencia/positions/+",
+			ClientID:      "edgeproc-valencia",
+			Username:      "edgeproc-valencia",
+			PasswordEnv:   "VALENCIA_MQTT_PASSWORD",
+			CAFile:        "/etc/edgeproc/km0-ca.pem",
+			SessionExpiry: 24 * time.Hour,
+		},
+		NATS: NATS{URL: "embedded", SubjectPrefix: "km0.delivery", Stream: "EDGEPROC_VALENCIA", DuplicateWindow: 10 * time.Minute},
+		Windows: Windows{
+			Size: 10 * time.Minute, Slide: 2 * time.Minute, Gap: 4 * time.Minute,
+			ToleratedDelay: 90 * time.Second, IdleTimeout: 0, MaxFutureSkew: 2 * time.Minute, RestoreTTL: 24 * time.Hour,
+		},
+		Distance: Distance{MinMoveM: 15, MaxSpeedKmh: 120, StoppedBelowM: 80},
+		Geo:      Geo{H3Resolution: 8},
+		State:    State{Dir: "./state/valencia", CheckpointInterval: 30 * time.Second},
+		HTTP:     HTTP{Listen: "127.0.0.1:9465"},
+	}
+	for _, tt := range []struct {
+		file string
+		want Config
+	}{
+		{"girona.yaml", girona},
+		{"valencia.yaml", valencia},
+	} {
+		t.Run(tt.file, func(t *testing.T) {
+			got, err := Load(filepath.Join("testdata", tt.file))
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("got  %+v\nwant %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestLoad_MissingFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "nope.yaml")
+	_, err := Load(p)
+	if !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("got %v, want an error wrapping os.ErrNotExist", err)
+	}
+	if !strings.Contains(err.Error(), p) {
+		t.Errorf("got %q, want the path in the message", err)
+	}
+}
+
+func TestLoad_ErrorNamesFileAndLine(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "girona.yaml")
+	if err := os.WriteFile(p, []byte("market: girona\nwindows:\n  gap: 0s\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(p)
+	want := p + `:3: windows.gap = "0s": must be positive`
+	if err == nil || err.Error() != want {
+		t.Fatalf("got %v, want %s", err, want)
+	}
+}
+
+func TestWindows_Millis(t *testing.T) {
+	w := Windows{
+		Size: 5 * time.Minute, Slide: 1500 * time.Millisecond, Gap: 3 * time.Minute, ToleratedDelay: 45 * time.Second,
+		IdleTimeout: 0, MaxFutureSkew: time.Minute, RestoreTTL: 24 * time.Hour,
+	}
+	want := WindowsMs{Size: 300000, Slide: 1500, Gap: 180000, ToleratedDelay: 45000, IdleTimeout: 0, MaxFutureSkew: 60000, RestoreTTL: 86400000}
+	if got := w.Millis(); got != want {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+}
+
+func TestSecrets_ReadFromEnvironmentAtCallTime(t *testing.T) {
+	c := mustParse(t, "market: girona\nmqtt:\n  password_env: EDGEPROC_TEST_PW\nnats:\n  creds_env: EDGEPROC_TEST_CREDS\n")
+	if got := c.MQTT.Password(); got != "" {
+		t.Errorf("Password() with variable unset = %q, want empty", got)
+	}
+	// Set after parsing: the value must be read when asked for, not cached.
+	t.Setenv("EDGEPROC_TEST_PW", "s3cret")
+	t.Setenv("EDGEPROC_TEST_CREDS", "-----BEGIN NATS USER JWT-----")
+	if got := c.MQTT.Password(); got != "s3cret" {
+		t.Errorf("Password() = %q, want %q", got, "s3cret")
+	}
+	if got := c.NATS.Creds(); got != "-----BEGIN NATS USER JWT-----" {
+		t.Errorf("Creds() = %q, want the variable's value", got)
+	}
+	var empty Config
+	if got := empty.MQTT.Password() + empty.NATS.Creds(); got != "" {
+		t.Errorf("Password()+Creds() with no env names = %q, want empty", got)
+	}
+}

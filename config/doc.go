@@ -1,0 +1,56 @@
+// Package config loads and validates one market's YAML configuration.
+//
+// One file configures one market (contract §6). Every key is optional
+// except market; a file holding only `market: girona` gets every default.
+// Unknown keys at any level are errors naming the full dotted key
+// (windows.sizee), so typos are caught before anything starts. Durations are
+// Go syntax strings (45s, 5m, 1h30m; a bare 0 is accepted). A key whose
+// value is null (`topic:` with nothing after it) keeps its default.
+//
+//	market: girona                  # required, [a-z0-9_-]{1,32}
+//	mqtt:
+//	  url: mqtt://127.0.0.1:1883    # mqtt://, mqtts:// (TLS) or "embedded"
+//	  topic: km0/girona/positions/+ # default km0/MARKET/positions/+
+//	  client_id: edgeproc-girona    # default edgeproc-MARKET; persistent session identity
+//	  username: edgeproc            # optional
+//	  password_env: EDGEPROC_MQTT_PASSWORD  # env var NAME holding the password; optional
+//	  ca_file: /etc/ssl/km0-ca.pem  # PEM CA bundle, mqtts:// only; optional (system pool)
+//	  session_expiry: 24h           # broker keeps the session this long; whole seconds
+//	nats:
+//	  url: nats://127.0.0.1:4222    # nats://, tls:// (comma-separated list allowed) or "embedded"
+//	  subject_prefix: delivery      # -> delivery.dashboard.girona.distance, ...
+//	  creds_env: EDGEPROC_NATS_CREDS        # env var NAME holding the .creds text; optional
+//	  stream: EDGEPROC_GIRONA       # default EDGEPROC_ + upper(MARKET), '-' -> '_'
+//	  duplicate_window: 10m         # JetStream dedup window for re-emitted results
+//	windows:                        # event time, contract §3; whole milliseconds
+//	  size: 5m                      # sliding distance window, > 0
+//	  slide: 1m                     # > 0 and <= size (need not divide it)
+//	  gap: 3m                       # session inactivity gap, > 0
+//	  tolerated_delay: 45s          # wm = max_ts - tolerated_delay, >= 0
+//	  allowed_lateness: 0s          # reserved: only 0s is accepted now
+//	  idle_timeout: 30s             # >= 0; 0 = never advance the watermark on idleness
+//	  max_future_skew: 1m           # >= 0; timestamps further ahead are rejected
+//	  restore_ttl: 24h              # > 0; how long a closed session waits for signal_restored
+//	distance:                       # contract §5; each finite and >= 0, 0 = filter off
+//	  min_move_m: 10                # shorter moves (or below reported accuracy) are jitter
+//	  max_speed_kmh: 150            # faster segments are outlier jumps
+//	  stopped_below_m: 50           # a window with less distance is "stopped"
+//	geo:
+//	  h3_resolution: 9              # 0..15
+//	state:
+//	  dir: ./state/girona           # default ./state/MARKET; WAL and checkpoints
+//	  checkpoint_interval: 10s      # > 0
+//	http:
+//	  listen: 127.0.0.1:9464        # host:port with a numeric port
+//
+// Secrets never come from the file: password_env and creds_env name
+// environment variables, read only when MQTT.Password or NATS.Creds is
+// called, and a URL with credentials in it is refused. Parsing has no side
+// effects.
+//
+// Every problem is a *FieldError naming the file, line, dotted key, value
+// and reason, and unwrapping to one of the Err* sentinels; Parse and
+// Validate report all problems at once as an errors.Join (see FieldErrors):
+//
+//	girona.yaml:14: windows.gap = "0s": must be positive
+package config

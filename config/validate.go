@@ -1,0 +1,312 @@
+package config
+
+import (
+	"fmt"
+	"math"
+	"net"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// MaxWindowsPerPosition bounds windows.size / windows.slide (rounded up):
+// the number of distance windows one position joins, hence per-courier
+// state. A larger ratio is almost certainly a typo (slide 1ms).
+const MaxWindowsPerPosition = 10000
+
+var (
+	marketRe = regexp.MustCompile(`^[a-z0-9_-]{1,32}$`)
+	envRe    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+// Validate checks every rule of the configuration and returns nil, or an
+// errors.Join of one *FieldError per problem, in key order (see
+// FieldErrors). The errors from Validate carry no File or Line; Parse adds
+// them.
+func (c Config) Validate() error {
+	return joinFieldErrors(c.validate())
+}
+
+// validator collects problems; each check reports at most one per field.
+type validator struct{ errs []*FieldError }
+
+func (v *validator) add(field, value string, err error, reason string) {
+	v.errs = append(v.errs, &FieldError{Field: field, Value: value, Err: err, Reason: reason})
+}
+
+func (c Config) validate() []*FieldError {
+	var v validator
+	switch {
+	case c.Market == "":
+		v.add("market", "", ErrRequired, "")
+	case !marketRe.MatchString(c.Market):
+		v.add("market", c.Market, ErrInvalid, "must be 1 to 32 of [a-z0-9_-]")
+	}
+	c.MQTT.validate(&v)
+	c.NATS.validate(&v)
+	c.Windows.validate(&v)
+	c.Distance.validate(&v)
+	if r := c.Geo.H3Resolution; r < 0 || r > 15 {
+		v.add("geo.h3_resolution", strconv.Itoa(r), ErrOutOfRange, "must be between 0 and 15")
+	}
+	if c.State.Dir == "" {
+		v.add("state.dir", "", ErrRequired, "")
+	}
+	v.positive("state.checkpoint_interval", c.State.CheckpointInterval)
+	v.listen("http.listen", c.HTTP.Listen)
+	return v.errs
+}
+
+func (m MQTT) validate(v *validator) {
+	scheme := v.url("mqtt.url", m.URL, "mqtt", "mqtts")
+	if m.Topic == "" {
+		v.add("mqtt.topic", "", ErrRequired, "")
+	} else if reason := topicFilterProblem(m.Topic); reason != "" {
+		v.add("mqtt.topic", m.Topic, ErrInvalid, reason)
+	}
+	if m.ClientID == "" {
+		v.add("mqtt.client_id", "", ErrRequired, "")
+	} else if !printable(m.ClientID) || len(m.ClientID) > math.MaxUint16 {
+		v.add("mqtt.client_id", m.ClientID, ErrInvalid, "must be printable UTF-8 of at most 65535 bytes")
+	}
+	if !printable(m.Username) || len(m.Username) > math.MaxUint16 {
+		v.add("mqtt.username", m.Username, ErrInvalid, "must be printable UTF-8 of at most 65535 bytes")
+	}
+	v.envName("mqtt.password_env", m.PasswordEnv)
+	if m.CAFile != "" && scheme != "mqtts" {
+		v.add("mqtt.ca_file", m.CAFile, ErrInvalid, "is only used with an mqtts:// url")
+	}
+	if v.positive("mqtt.session_expiry", m.SessionExpiry) {
+		switch {
+		case m.SessionExpiry%time.Second != 0:
+			v.add("mqtt.session_expiry", m.SessionExpiry.String(), ErrInvalid, "must be a whole number of seconds (MQTT counts it in seconds)")
+		case m.SessionExpiry/time.Second > math.MaxUint32:
+			v.add("mqtt.session_expiry", m.SessionExpiry.String(), ErrOutOfRange, "must be at most 4294967295s")
+		}
+	}
+}
+
+func (n NATS) validate(v *validator) {
+	if n.URL != "embedded" && strings.Contains(n.URL, ",") {
+		for _, u := range strings.Split(n.URL, ",") {
+			u = strings.TrimSpace(u)
+			if u == "" {
+				v.add("nats.url", n.URL, ErrInvalid, "empty entry in the comma-separated list")
+				break
+			}
+			if v.url("nats.url", u, "nats", "tls") == "" {
+				break
+			}
+		}
+	} else {
+		v.url("nats.url", n.URL, "nats", "tls")
+	}
+	if n.SubjectPrefix == "" {
+		v.add("nats.subject_prefix", "", ErrRequired, "")
+	} else if reason := subjectProblem(n.SubjectPrefix); reason != "" {
+		v.add("nats.subject_prefix", n.SubjectPrefix, ErrInvalid, reason)
+	}
+	v.envName("nats.creds_env", n.CredsEnv)
+	switch {
+	case n.Stream == "":
+		v.add("nats.stream", "", ErrRequired, "")
+	case strings.ContainsAny(n.Stream, ".*>/\\") || strings.IndexFunc(n.Stream, notGraphic) >= 0:
+		v.add("nats.stream", n.Stream, ErrInvalid, `must not contain spaces, control characters or any of . * > / \`)
+	}
+	v.millis("nats.duplicate_window", n.DuplicateWindow, true)
+}
+
+func (w Windows) validate(v *validator) {
+	sizeOK := v.millis("windows.size", w.Size, true)
+	slideOK := v.millis("windows.slide", w.Slide, true)
+	if sizeOK && slideOK {
+		n := w.Size / w.Slide
+		if w.Size%w.Slide != 0 {
+			n++
+		}
+		switch {
+		case w.Slide > w.Size:
+			v.add("windows.slide", w.Slide.String(), ErrOutOfRange, fmt.Sprintf("must not be larger than windows.size (%s)", w.Size))
+		case n > MaxWindowsPerPosition:
+			v.add("windows.slide", w.Slide.String(), ErrOutOfRange,
+				fmt.Sprintf("too small for windows.size %s: a position would join %d windows (at most %d)", w.Size, n, MaxWindowsPerPosition))
+		}
+	}
+	v.millis("windows.gap", w.Gap, true)
+	v.millis("windows.tolerated_delay", w.ToleratedDelay, false)
+	if w.AllowedLateness != 0 {
+		v.add("windows.allowed_lateness", w.AllowedLateness.String(), ErrInvalid,
+			"reserved: only 0s is accepted now (re-emission of fired windows comes later)")
+	}
+	v.millis("windows.idle_timeout", w.IdleTimeout, false)
+	v.millis("windows.max_future_skew", w.MaxFutureSkew, false)
+	v.millis("windows.restore_ttl", w.RestoreTTL, true)
+}
+
+func (d Distance) validate(v *validator) {
+	for _, f := range []struct {
+		key string
+		val float64
+	}{
+		{"distance.min_move_m", d.MinMoveM},
+		{"distance.max_speed_kmh", d.MaxSpeedKmh},
+		{"distance.stopped_below_m", d.StoppedBelowM},
+	} {
+		s := strconv.FormatFloat(f.val, 'g', -1, 64)
+		switch {
+		case math.IsNaN(f.val) || math.IsInf(f.val, 0):
+			v.add(f.key, s, ErrInvalid, "must be a finite number")
+		case f.val < 0:
+			v.add(f.key, s, ErrNegative, "")
+		}
+	}
+}
+
+// positive reports ErrNotPositive unless d > 0, and says whether it is.
+func (v *validator) positive(field string, d time.Duration) bool {
+	if d <= 0 {
+		v.add(field, d.String(), ErrNotPositive, "")
+		return false
+	}
+	return true
+}
+
+// millis checks d is > 0 (or >= 0 unless positive) and a whole number of
+// milliseconds, and says whether it passed. Whole milliseconds because the
+// engine keeps time in integer milliseconds: a finer duration would be
+// silently truncated.
+func (v *validator) millis(field string, d time.Duration, positive bool) bool {
+	switch {
+	case positive && d <= 0:
+		v.add(field, d.String(), ErrNotPositive, "")
+	case d < 0:
+		v.add(field, d.String(), ErrNegative, "")
+	case d%time.Millisecond != 0:
+		v.add(field, d.String(), ErrInvalid, "must be a whole number of milliseconds")
+	default:
+		return true
+	}
+	return false
+}
+
+func (v *validator) envName(field, name string) {
+	if name != "" && !envRe.MatchString(name) {
+		v.add(field, name, ErrInvalid, "must be the name of an environment variable ([A-Za-z_][A-Za-z0-9_]*), not the secret itself")
+	}
+}
+
+// url checks a broker URL: the literal "embedded" or SCHEME://HOST[:PORT]
+// with one of schemes. It returns the scheme ("embedded" for the literal),
+// or "" after reporting a problem.
+func (v *validator) url(field, raw string, schemes ...string) string {
+	if raw == "" {
+		v.add(field, "", ErrRequired, "")
+		return ""
+	}
+	if raw == "embedded" {
+		return raw
+	}
+	want := strings.Join(schemes, "://, ") + `:// or "embedded"`
+	u, err := url.Parse(raw)
+	if err != nil {
+		v.add(field, raw, ErrInvalid, "not a URL: "+errReason(err))
+		return ""
+	}
+	if !slices.Contains(schemes, u.Scheme) {
+		v.add(field, u.Redacted(), ErrInvalid, "must be "+want)
+		return ""
+	}
+	if u.User != nil {
+		// The value would be echoed in logs and errors: never quote it.
+		v.add(field, "", ErrInvalid, "credentials must not be in the URL: secrets come only from the environment")
+		return ""
+	}
+	if u.Hostname() == "" || u.Opaque != "" {
+		v.add(field, raw, ErrInvalid, "missing host: must be "+schemes[0]+"://HOST[:PORT]")
+		return ""
+	}
+	if p := u.Port(); p != "" {
+		if _, err := strconv.ParseUint(p, 10, 16); err != nil {
+			v.add(field, raw, ErrInvalid, "port must be a number 0-65535")
+			return ""
+		}
+	}
+	return u.Scheme
+}
+
+func (v *validator) listen(field, addr string) {
+	if addr == "" {
+		v.add(field, "", ErrRequired, "")
+		return
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		v.add(field, addr, ErrInvalid, "must be host:port: "+errReason(err))
+		return
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		v.add(field, addr, ErrInvalid, "port must be a number 0-65535")
+	}
+}
+
+// topicFilterProblem returns why s is not a valid MQTT topic filter, or "".
+func topicFilterProblem(s string) string {
+	switch {
+	case len(s) > math.MaxUint16:
+		return "longer than 65535 bytes"
+	case !utf8.ValidString(s):
+		return "not valid UTF-8"
+	case strings.ContainsRune(s, 0):
+		return "contains a NUL character"
+	}
+	levels := strings.Split(s, "/")
+	for i, l := range levels {
+		switch {
+		case l == "#" && i != len(levels)-1:
+			return `"#" must be the last level`
+		case l != "#" && strings.Contains(l, "#"):
+			return `"#" must be a whole level`
+		case l != "+" && strings.Contains(l, "+"):
+			return `"+" must be a whole level`
+		}
+	}
+	return ""
+}
+
+// subjectProblem returns why s cannot start a NATS subject, or "".
+func subjectProblem(s string) string {
+	for _, tok := range strings.Split(s, ".") {
+		switch {
+		case tok == "":
+			return "empty token: no leading, trailing or double dots"
+		case strings.ContainsAny(tok, "*>"):
+			return `wildcards "*" and ">" are not allowed`
+		case strings.IndexFunc(tok, notGraphic) >= 0:
+			return "spaces and control characters are not allowed"
+		}
+	}
+	return ""
+}
+
+func notGraphic(r rune) bool { return unicode.IsSpace(r) || !unicode.IsGraphic(r) }
+
+func printable(s string) bool {
+	return utf8.ValidString(s) && strings.IndexFunc(s, unicode.IsControl) < 0
+}
+
+// errReason keeps the useful tail of a url/net error, whose text repeats
+// the whole input.
+func errReason(err error) string {
+	switch e := err.(type) {
+	case *url.Error:
+		return e.Err.Error()
+	case *net.AddrError:
+		return e.Err
+	}
+	return err.Error()
+}

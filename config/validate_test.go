@@ -1,0 +1,245 @@
+package config
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+// wantOneFieldError parses src and checks it fails with exactly one
+// FieldError for field, wrapping sentinel, naming the file.
+func wantOneFieldError(t *testing.T, src, field string, sentinel error) *FieldError {
+	t.Helper()
+	_, err := Parse(strings.NewReader(src), "girona.yaml")
+	if err == nil {
+		t.Fatalf("Parse succeeded, want %s error %v", field, sentinel)
+	}
+	fes := FieldErrors(err)
+	if len(fes) != 1 {
+		t.Fatalf("got %d errors (%v), want 1", len(fes), err)
+	}
+	fe := fes[0]
+	if fe.Field != field {
+		t.Errorf("got Field %q, want %q (error: %v)", fe.Field, field, err)
+	}
+	if !errors.Is(err, sentinel) {
+		t.Errorf("got %v, want errors.Is(err, %v)", err, sentinel)
+	}
+	if !strings.HasPrefix(err.Error(), "girona.yaml") {
+		t.Errorf("got %q, want it to start with the file name", err)
+	}
+	if field != "" && !strings.Contains(err.Error(), field) {
+		t.Errorf("got %q, want it to name %q", err, field)
+	}
+	return fe
+}
+
+func TestValidate_Rules(t *testing.T) {
+	const m = "market: girona\n"
+	tests := []struct {
+		name, src, field string
+		err              error
+	}{
+		// market
+		{"market missing", "mqtt:\n  url: embedded\n", "market", ErrRequired},
+		{"market empty", "market: ''\n", "market", ErrRequired},
+		{"market upper case", "market: Girona\n", "market", ErrInvalid},
+		{"market too long", "market: " + strings.Repeat("a", 33) + "\n", "market", ErrInvalid},
+		{"market with space", "market: 'gi rona'\n", "market", ErrInvalid},
+		{"market with dot", "market: gi.rona\n", "market", ErrInvalid},
+
+		// windows
+		{"size zero", m + "windows:\n  size: 0s\n", "windows.size", ErrNotPositive},
+		{"size negative", m + "windows:\n  size: -5m\n", "windows.size", ErrNotPositive},
+		{"slide zero", m + "windows:\n  slide: 0\n", "windows.slide", ErrNotPositive},
+		{"slide larger than size", m + "windows:\n  size: 1m\n  slide: 2m\n", "windows.slide", ErrOutOfRange},
+		{"slide larger than default size", m + "windows:\n  slide: 6m\n", "windows.slide", ErrOutOfRange},
+		{"too many windows per position", m + "windows:\n  size: 1h\n  slide: 1ms\n", "windows.slide", ErrOutOfRange},
+		{"gap zero", m + "windows:\n  gap: 0s\n", "windows.gap", ErrNotPositive},
+		{"tolerated_delay negative", m + "windows:\n  tolerated_delay: -1s\n", "windows.tolerated_delay", ErrNegative},
+		{"allowed_lateness nonzero", m + "windows:\n  allowed_lateness: 10s\n", "windows.allowed_lateness", ErrInvalid},
+		{"allowed_lateness negative", m + "windows:\n  allowed_lateness: -10s\n", "windows.allowed_lateness", ErrInvalid},
+		{"idle_timeout negative", m + "windows:\n  idle_timeout: -1s\n", "windows.idle_timeout", ErrNegative},
+		{"max_future_skew negative", m + "windows:\n  max_future_skew: -1m\n", "windows.max_future_skew", ErrNegative},
+		{"restore_ttl zero", m + "windows:\n  restore_ttl: 0s\n", "windows.restore_ttl", ErrNotPositive},
+		{"size sub-millisecond", m + "windows:\n  size: 5m500us\n", "windows.size", ErrInvalid},
+		{"slide sub-millisecond", m + "windows:\n  slide: 1500us\n", "windows.slide", ErrInvalid},
+		{"gap sub-millisecond", m + "windows:\n  gap: 1ns\n", "windows.gap", ErrInvalid},
+		{"tolerated_delay sub-millisecond", m + "windows:\n  tolerated_delay: 1.5ms\n", "windows.tolerated_delay", ErrInvalid},
+		{"idle_timeout sub-millisecond", m + "windows:\n  idle_timeout: 10us\n", "windows.idle_timeout", ErrInvalid},
+		{"max_future_skew sub-millisecond", m + "windows:\n  max_future_skew: 1000001us\n", "windows.max_future_skew", ErrInvalid},
+		{"restore_ttl sub-millisecond", m + "windows:\n  restore_ttl: 1h1ns\n", "windows.restore_ttl", ErrInvalid},
+
+		// distance
+		{"min_move_m negative", m + "distance:\n  min_move_m: -1\n", "distance.min_move_m", ErrNegative},
+		{"max_speed_kmh negative", m + "distance:\n  max_speed_kmh: -0.5\n", "distance.max_speed_kmh", ErrNegative},
+		{"stopped_below_m negative", m + "distance:\n  stopped_below_m: -50\n", "distance.stopped_below_m", ErrNegative},
+		{"min_move_m NaN", m + "distance:\n  min_move_m: .nan\n", "distance.min_move_m", ErrInvalid},
+		{"max_speed_kmh infinite", m + "distance:\n  max_speed_kmh: .inf\n", "distance.max_speed_kmh", ErrInvalid},
+		{"stopped_below_m -infinite", m + "distance:\n  stopped_below_m: -.inf\n", "distance.stopped_below_m", ErrInvalid},
+
+		// geo
+		{"h3 negative", m + "geo:\n  h3_resolution: -1\n", "geo.h3_resolution", ErrOutOfRange},
+		{"h3 16", m + "geo:\n  h3_resolution: 16\n", "geo.h3_resolution", ErrOutOfRange},
+
+		// mqtt
+		{"mqtt url empty", m + "mqtt:\n  url: ''\n", "mqtt.url", ErrRequired},
+		{"mqtt url tcp scheme", m + "mqtt:\n  url: tcp://127.0.0.1:1883\n", "mqtt.url", ErrInvalid},
+		{"mqtt url nats scheme", m + "mqtt:\n  url: nats://127.0.0.1:4222\n", "mqtt.url", ErrInvalid},
+		{"mqtt url no scheme", m + "mqtt:\n  url: 127.0.0.1:1883\n", "mqtt.url", ErrInvalid},
+		{"mqtt url no host", m + "mqtt:\n  url: 'mqtt://:1883'\n", "mqtt.url", ErrInvalid},
+		{"mqtt url bad port", m + "mqtt:\n  url: 'mqtt://127.0.0.1:port'\n", "mqtt.url", ErrInvalid},
+		{"mqtt url port too big", m + "mqtt:\n  url: 'mqtt://127.0.0.1:70000'\n", "mqtt.url", ErrInvalid},
+		{"mqtt url Embedded", m + "mqtt:\n  url: Embedded\n", "mqtt.url", ErrInvalid},
+		{"mqtt url with password", m + "mqtt:\n  url: 'mqtt://u:hunter2@127.0.0.1:1883'\n", "mqtt.url", ErrInvalid},
+		{"topic empty", m + "mqtt:\n  topic: ''\n", "mqtt.topic", ErrRequired},
+		{"topic plus inside level", m + "mqtt:\n  topic: km0/gi+/positions\n", "mqtt.topic", ErrInvalid},
+		{"topic hash not last", m + "mqtt:\n  topic: km0/#/positions\n", "mqtt.topic", ErrInvalid},
+		{"topic hash inside level", m + "mqtt:\n  topic: km0/positions#\n", "mqtt.topic", ErrInvalid},
+		{"topic NUL", m + "mqtt:\n  topic: \"km0/\\0/x\"\n", "mqtt.topic", ErrInvalid},
+		{"client_id empty", m + "mqtt:\n  client_id: ''\n", "mqtt.client_id", ErrRequired},
+		{"client_id control char", m + "mqtt:\n  client_id: \"a\\tb\"\n", "mqtt.client_id", ErrInvalid},
+		{"password_env is a secret", m + "mqtt:\n  password_env: 'hunter2!'\n", "mqtt.password_env", ErrInvalid},
+		{"password_env starts with digit", m + "mqtt:\n  password_env: 1PW\n", "mqtt.password_env", ErrInvalid},
+		{"ca_file without mqtts", m + "mqtt:\n  ca_file: /etc/ca.pem\n", "mqtt.ca_file", ErrInvalid},
+		{"session_expiry zero", m + "mqtt:\n  session_expiry: 0s\n", "mqtt.session_expiry", ErrNotPositive},
+		{"session_expiry fraction of second", m + "mqtt:\n  session_expiry: 1500ms\n", "mqtt.session_expiry", ErrInvalid},
+		{"session_expiry too long", m + "mqtt:\n  session_expiry: 2000000h\n", "mqtt.session_expiry", ErrOutOfRange},
+
+		// nats
+		{"nats url empty", m + "nats:\n  url: ''\n", "nats.url", ErrRequired},
+		{"nats url mqtt scheme", m + "nats:\n  url: mqtt://127.0.0.1:1883\n", "nats.url", ErrInvalid},
+		{"nats url bad entry in list", m + "nats:\n  url: nats://127.0.0.1:4222,http://127.0.0.1:4223\n", "nats.url", ErrInvalid},
+		{"nats url empty entry in list", m + "nats:\n  url: 'nats://127.0.0.1:4222,'\n", "nats.url", ErrInvalid},
+		{"nats url with token", m + "nats:\n  url: 'nats://tok@127.0.0.1:4222'\n", "nats.url", ErrInvalid},
+		{"subject_prefix empty", m + "nats:\n  subject_prefix: ''\n", "nats.subject_prefix", ErrRequired},
+		{"subject_prefix space", m + "nats:\n  subject_prefix: 'de livery'\n", "nats.subject_prefix", ErrInvalid},
+		{"subject_prefix star", m + "nats:\n  subject_prefix: 'a.*'\n", "nats.subject_prefix", ErrInvalid},
+		{"subject_prefix gt", m + "nats:\n  subject_prefix: 'a.>'\n", "nats.subject_prefix", ErrInvalid},
+		{"subject_prefix trailing dot", m + "nats:\n  subject_prefix: 'delivery.'\n", "nats.subject_prefix", ErrInvalid},
+		{"subject_prefix double dot", m + "nats:\n  subject_prefix: 'a..b'\n", "nats.subject_prefix", ErrInvalid},
+		{"creds_env bad name", m + "nats:\n  creds_env: 'my-creds'\n", "nats.creds_env", ErrInvalid},
+		{"stream empty", m + "nats:\n  stream: ''\n", "nats.stream", ErrRequired},
+		{"stream with dot", m + "nats:\n  stream: A.B\n", "nats.stream", ErrInvalid},
+		{"stream with space", m + "nats:\n  stream: 'A B'\n", "nats.stream", ErrInvalid},
+		{"duplicate_window zero", m + "nats:\n  duplicate_window: 0s\n", "nats.duplicate_window", ErrNotPositive},
+
+		// state, http
+		{"state dir empty", m + "state:\n  dir: ''\n", "state.dir", ErrRequired},
+		{"checkpoint_interval zero", m + "state:\n  checkpoint_interval: 0s\n", "state.checkpoint_interval", ErrNotPositive},
+		{"checkpoint_interval negative", m + "state:\n  checkpoint_interval: -10s\n", "state.checkpoint_interval", ErrNotPositive},
+		{"listen empty", m + "http:\n  listen: ''\n", "http.listen", ErrRequired},
+		{"listen no port", m + "http:\n  listen: 127.0.0.1\n", "http.listen", ErrInvalid},
+		{"listen named port", m + "http:\n  listen: 'localhost:http'\n", "http.listen", ErrInvalid},
+		{"listen port too big", m + "http:\n  listen: '127.0.0.1:65536'\n", "http.listen", ErrInvalid},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			wantOneFieldError(t, tt.src, tt.field, tt.err)
+		})
+	}
+}
+
+func TestValidate_Accepts(t *testing.T) {
+	const m = "market: girona\n"
+	tests := []struct{ name, src string }{
+		{"market edge characters", "market: a_b-9\n"},
+		{"market 32 chars", "market: " + strings.Repeat("z", 32) + "\n"},
+		{"slide equals size", m + "windows:\n  size: 2m\n  slide: 2m\n"},
+		{"size not a multiple of slide", m + "windows:\n  size: 5m\n  slide: 2m\n"},
+		{"zero tolerated_delay idle_timeout max_future_skew", m + "windows:\n  tolerated_delay: 0\n  idle_timeout: 0\n  max_future_skew: 0s\n"},
+		{"whole milliseconds", m + "windows:\n  slide: 1500ms\n  gap: 1m0.001s\n"},
+		{"max windows per position", m + "windows:\n  size: 10s\n  slide: 1ms\n"},
+		{"distance all off", m + "distance:\n  min_move_m: 0\n  max_speed_kmh: 0\n  stopped_below_m: 0\n"},
+		{"distance floats", m + "distance:\n  min_move_m: 7.5\n  max_speed_kmh: 1e2\n"},
+		{"h3 bounds low", m + "geo:\n  h3_resolution: 0\n"},
+		{"h3 bounds high", m + "geo:\n  h3_resolution: 15\n"},
+		{"mqtt embedded", m + "mqtt:\n  url: embedded\n"},
+		{"mqtts with ca_file", m + "mqtt:\n  url: mqtts://127.0.0.1\n  ca_file: ca.pem\n"},
+		{"mqtt ipv6", m + "mqtt:\n  url: 'mqtt://[::1]:1883'\n"},
+		{"topic hash last", m + "mqtt:\n  topic: 'km0/girona/#'\n"},
+		{"topic only hash", m + "mqtt:\n  topic: '#'\n"},
+		{"topic plus levels", m + "mqtt:\n  topic: '+/girona/+/+'\n"},
+		{"topic shared subscription", m + "mqtt:\n  topic: '$share/g/km0/girona/positions/+'\n"},
+		{"client_id number", m + "mqtt:\n  client_id: 12345\n"},
+		{"session_expiry whole seconds", m + "mqtt:\n  session_expiry: 90s\n"},
+		{"nats tls", m + "nats:\n  url: tls://127.0.0.1:4443\n"},
+		{"nats embedded", m + "nats:\n  url: embedded\n"},
+		{"nats list", m + "nats:\n  url: 'nats://127.0.0.1:4222, nats://127.0.0.1:4223'\n"},
+		{"subject_prefix dotted", m + "nats:\n  subject_prefix: km0.prod.delivery\n"},
+		{"env names", m + "mqtt:\n  password_env: _PW_1\nnats:\n  creds_env: creds\n"},
+		{"listen all interfaces", m + "http:\n  listen: ':9464'\n"},
+		{"listen ipv6", m + "http:\n  listen: '[::1]:9464'\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			mustParse(t, tt.src)
+		})
+	}
+}
+
+func TestValidate_ReportsEveryProblemInKeyOrder(t *testing.T) {
+	c := contractGirona()
+	c.Market = "BAD"
+	c.Windows.Gap = 0
+	c.Windows.AllowedLateness = time.Second
+	c.Distance.MinMoveM = math.NaN()
+	c.HTTP.Listen = "nowhere"
+	fes := FieldErrors(c.Validate())
+	want := []struct {
+		field string
+		err   error
+	}{
+		{"market", ErrInvalid},
+		{"windows.gap", ErrNotPositive},
+		{"windows.allowed_lateness", ErrInvalid},
+		{"distance.min_move_m", ErrInvalid},
+		{"http.listen", ErrInvalid},
+	}
+	if len(fes) != len(want) {
+		t.Fatalf("got %d errors %v, want %d", len(fes), fes, len(want))
+	}
+	for i, w := range want {
+		if fes[i].Field != w.field || !errors.Is(fes[i], w.err) {
+			t.Errorf("error %d: got %s (%v), want %s (%v)", i, fes[i].Field, fes[i].Err, w.field, w.err)
+		}
+		if fes[i].File != "" || fes[i].Line != 0 {
+			t.Errorf("error %d: got File %q Line %d from Validate, want none", i, fes[i].File, fes[i].Line)
+		}
+	}
+}
+
+func TestValidate_ContractConfigIsValid(t *testing.T) {
+	if err := contractGirona().Validate(); err != nil {
+		t.Fatalf("got %v, want nil", err)
+	}
+}
+
+func TestValidate_Messages(t *testing.T) {
+	tests := []struct{ name, src, want string }{
+		{"example from the brief", "market: girona\nwindows:\n  gap: 0s\n",
+			`girona.yaml:3: windows.gap = "0s": must be positive`},
+		{"allowed_lateness says reserved", "market: girona\nwindows:\n  allowed_lateness: 1m\n",
+			`girona.yaml:3: windows.allowed_lateness = "1m0s": reserved: only 0s is accepted now (re-emission of fired windows comes later)`},
+		{"slide larger than size names both", "market: girona\nwindows:\n  size: 1m\n  slide: 2m\n",
+			`girona.yaml:4: windows.slide = "2m0s": must not be larger than windows.size (1m0s)`},
+		{"required has no value", "market: ''\n",
+			`girona.yaml:1: market: is required`},
+		{"missing market has no line", "geo:\n  h3_resolution: 9\n",
+			`girona.yaml: market: is required`},
+		{"credentials never echoed", "market: girona\nnats:\n  url: 'nats://user:hunter2@127.0.0.1:4222'\n",
+			`girona.yaml:3: nats.url: credentials must not be in the URL: secrets come only from the environment`},
+		{"wrong scheme redacts password", "market: girona\nmqtt:\n  url: 'http://user:hunter2@127.0.0.1'\n",
+			`girona.yaml:3: mqtt.url = "http://user:xxxxx@127.0.0.1": must be mqtt://, mqtts:// or "embedded"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse(strings.NewReader(tt.src), "girona.yaml")
+			if err == nil || err.Error() != tt.want {
+				t.Errorf("got  %v\nwant %s", err, tt.want)
+			}
+		})
+	}
+}
