@@ -211,11 +211,13 @@ func (e *Engine) Flush() {
 // received every result.
 func (e *Engine) Close() {
 	c := e.chunk()
+	e.cur = nil
+	c.wm = e.wm.Current() // shards first catch up with the inputs, then flush
 	e.wm.End()
 	now, _ := e.wm.Clock()
 	c.steps = append(c.steps, step{seq: 2 * e.items, wm: tmath.Forever, clock: now})
 	c.endOfInput = true
-	e.Flush()
+	e.dispatch(c)
 	e.Stop()
 }
 

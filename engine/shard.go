@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"container/heap"
 	"sync/atomic"
 
 	"github.com/km0/edgeproc/geo"
@@ -150,7 +149,7 @@ func (s *shard) advance(wm int64) {
 		return
 	}
 	for len(s.timers) > 0 && s.timers[0].at <= wm {
-		t := heap.Pop(&s.timers).(timer)
+		t := s.timers.pop()
 		c := t.c
 		if c.gone || !c.timed || c.timer != t.at {
 			continue // superseded by an earlier entry
@@ -215,7 +214,7 @@ func (s *shard) schedule(c *courier) {
 		return
 	}
 	c.timer, c.timed = next, true
-	heap.Push(&s.timers, timer{at: next, c: c})
+	s.timers.push(timer{at: next, c: c})
 }
 
 type timer struct {
@@ -223,18 +222,45 @@ type timer struct {
 	c  *courier
 }
 
-// timerHeap is a min-heap of timers by time. Entries are invalidated
-// lazily: a courier's newer, earlier entry supersedes the older one.
+// timerHeap is a min-heap of timers by time, typed to keep the per-position
+// path free of allocations. Entries are invalidated lazily: a courier's
+// newer, earlier entry supersedes its older one.
 type timerHeap []timer
 
-func (h timerHeap) Len() int           { return len(h) }
-func (h timerHeap) Less(i, j int) bool { return h[i].at < h[j].at }
-func (h timerHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *timerHeap) Push(x any)        { *h = append(*h, x.(timer)) }
-func (h *timerHeap) Pop() any {
-	old := *h
-	t := old[len(old)-1]
-	old[len(old)-1] = timer{}
-	*h = old[:len(old)-1]
+func (h *timerHeap) push(t timer) {
+	*h = append(*h, t)
+	a := *h
+	for i := len(a) - 1; i > 0; {
+		p := (i - 1) / 2
+		if a[p].at <= a[i].at {
+			break
+		}
+		a[p], a[i] = a[i], a[p]
+		i = p
+	}
+}
+
+func (h *timerHeap) pop() timer {
+	a := *h
+	t := a[0]
+	n := len(a) - 1
+	a[0] = a[n]
+	a[n] = timer{}
+	a = a[:n]
+	for i := 0; ; {
+		l, m := 2*i+1, i
+		if l < n && a[l].at < a[m].at {
+			m = l
+		}
+		if r := l + 1; r < n && a[r].at < a[m].at {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		a[i], a[m] = a[m], a[i]
+		i = m
+	}
+	*h = a
 	return t
 }

@@ -22,7 +22,7 @@ func Haversine(lat1, lon1, lat2, lon2 float64) float64 {
 	dLon := (lon2 - lon1) * rad
 	s1, s2 := math.Sin(dLat/2), math.Sin(dLon/2)
 	a := s1*s1 + math.Cos(p1)*math.Cos(p2)*s2*s2
-	return 2 * EarthRadiusM * math.Asin(math.Sqrt(a))
+	return 2 * EarthRadiusM * math.Asin(math.Sqrt(min(a, 1))) // rounding can push a past 1 for antipodes
 }
 
 // Fix is one accepted GPS position of a courier.

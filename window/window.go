@@ -114,9 +114,9 @@ func (d *Distance) Insert(s Spec, f geo.Filter, x geo.Fix) {
 		seg = f.Segment(d.pred, x)
 	}
 	if n == cap(d.fixes) {
-		// Grow by a quarter, not double: this slice is most of a courier's
-		// retained memory.
-		grown := make([]geo.Fix, n, n+n/4+16)
+		// Grow by an eighth, not double: this slice is most of a courier's
+		// retained memory, and its length is steady once the courier is.
+		grown := make([]geo.Fix, n, n+max(4, n/8))
 		copy(grown, d.fixes)
 		d.fixes = grown
 	}

@@ -1,0 +1,507 @@
+// Package bridge delivers edgeproc's results to NATS JetStream, keyed for
+// idempotence.
+//
+// A Bridge owns one market's output: Open creates or updates the market's
+// stream (results, late records and rejected inputs) and its courier-state
+// key-value bucket. Publish sends a result asynchronously with the header
+// Nats-Msg-Id set to the result's key, so the stream drops a re-emitted
+// result inside its duplicate window. Every ack is checked; a failed or
+// timed-out attempt is retried with the same id and a capped doubling delay
+// until it is acked or the Bridge is closed, so no result is dropped while
+// the process runs. At most Config.MaxPending results wait for their ack at
+// once: Publish blocks beyond that, which is how a slow or unreachable NATS
+// pushes back on the pipeline instead of growing memory.
+//
+// The bridge never closes the *nats.Conn it is given. That connection should
+// reconnect forever (nats.MaxReconnects(-1)); should it close anyway, results
+// wait, counted as pending, until Close gives up on them.
+package bridge
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Sentinel errors.
+var (
+	// ErrClosed is returned by Publish once Close has begun.
+	ErrClosed = errors.New("bridge: closed")
+	// ErrSubject is returned by Publish for a subject the market's stream
+	// does not capture (it would never be acked).
+	ErrSubject = errors.New("subject not captured by the market's stream")
+	// ErrMsgID is returned by Publish for an empty message id.
+	ErrMsgID = errors.New("empty message id")
+)
+
+const (
+	// firstBackoff is the delay before the first retry; it doubles per
+	// attempt up to Config.MaxBackoff.
+	firstBackoff = 50 * time.Millisecond
+	// connPoll is how often a retry waiting for the connection checks it.
+	connPoll = 50 * time.Millisecond
+	// errLogEvery rate-limits repeated error logs (an outage fails every
+	// pending result at once).
+	errLogEvery = 5 * time.Second
+)
+
+// Stats is a snapshot of a Bridge's counters. Counters only grow.
+type Stats struct {
+	// Published counts results accepted by Publish.
+	Published uint64
+	// Acked counts results acknowledged by the stream, duplicates included.
+	Acked uint64
+	// Duplicates counts acks that reported the Nats-Msg-Id as already stored.
+	Duplicates uint64
+	// Errors counts failed or timed-out publish attempts.
+	Errors uint64
+	// Retries counts publish attempts after a result's first.
+	Retries uint64
+	// Pending is the number of accepted results not yet acked (a gauge).
+	Pending int
+	// Connected reports whether the NATS connection is up (a gauge).
+	Connected bool
+	// KVWrites counts courier states written to the bucket.
+	KVWrites uint64
+	// KVErrors counts failed courier-state writes (they are retried).
+	KVErrors uint64
+	// KVRefused counts courier updates dropped because the coalescer was
+	// tracking Config.MaxCouriers couriers, or the courier id was empty.
+	KVRefused uint64
+}
+
+// item is one accepted result; it holds one slot until it is acked.
+type item struct {
+	seq     uint64
+	subject string
+	hdr     nats.Header
+	data    []byte
+	// attempt and notBefore are written by whoever saw the failure and read
+	// by the retry loop after the hand-over through retryCh.
+	attempt   int
+	notBefore time.Time
+}
+
+// Bridge publishes one market's results to JetStream. Its methods are safe
+// for concurrent use.
+type Bridge struct {
+	cfg Config
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	kv  jetstream.KeyValue
+	log *slog.Logger
+
+	// slots holds one token per accepted, unacked result: its capacity is
+	// the in-flight bound.
+	slots chan struct{}
+	// retryCh has room for every slot, so handing a failed item over never
+	// blocks an ack or error callback.
+	retryCh chan *item
+
+	mu          sync.Mutex
+	closed      bool
+	nextSeq     uint64
+	outstanding map[uint64]*item    // every slot holder, by sequence
+	attempts    map[*nats.Msg]*item // current attempt of each item in flight
+	progress    chan struct{}       // closed at the next completion, if a Flush waits
+
+	closing   chan struct{} // closed when Close begins
+	stop      chan struct{} // closed to stop the goroutines
+	runCtx    context.Context
+	cancelRun context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+
+	published, acked, duplicates, errs, retries atomic.Uint64
+	kvWrites, kvErrors, kvRefused               atomic.Uint64
+
+	pubLog limiter
+	kvLog  limiter
+
+	kvMu     sync.Mutex
+	couriers map[string]*courierEntry
+	kvWake   chan struct{}
+}
+
+// Open creates or updates the market's stream and courier bucket on nc and
+// starts the bridge's retry and KV goroutines. ctx bounds only the set-up
+// calls. A nil log discards logs.
+func Open(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) (*Bridge, error) {
+	if nc == nil {
+		return nil, errors.New("bridge: open: nil NATS connection")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("bridge: open: %w", err)
+	}
+	cfg = cfg.withDefaults()
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	b := &Bridge{
+		cfg:         cfg,
+		nc:          nc,
+		log:         log.With("market", cfg.Market),
+		slots:       make(chan struct{}, cfg.MaxPending),
+		retryCh:     make(chan *item, cfg.MaxPending),
+		outstanding: make(map[uint64]*item),
+		attempts:    make(map[*nats.Msg]*item),
+		closing:     make(chan struct{}),
+		stop:        make(chan struct{}),
+		pubLog:      limiter{every: errLogEvery},
+		kvLog:       limiter{every: errLogEvery},
+		couriers:    make(map[string]*courierEntry),
+		kvWake:      make(chan struct{}, 1),
+	}
+	js, err := jetstream.New(nc,
+		// The bridge's own slots are the real bound; the library's is set
+		// above it so that it never stalls a resend on stale entries.
+		jetstream.WithPublishAsyncMaxPending(2*cfg.MaxPending),
+		jetstream.WithPublishAsyncTimeout(cfg.AckTimeout),
+		jetstream.WithPublishAsyncAckHandler(b.onAck),
+		jetstream.WithPublishAsyncErrHandler(b.onErr),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("bridge: open: jetstream: %w", err)
+	}
+	b.js = js
+
+	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        cfg.Stream,
+		Description: "edgeproc results of market " + cfg.Market,
+		Subjects:    cfg.streamSubjects(),
+		Storage:     jetstream.FileStorage,
+		Duplicates:  cfg.DuplicateWindow,
+	}); err != nil {
+		return nil, fmt.Errorf("bridge: open: create or update stream %s: %w", cfg.Stream, err)
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      cfg.KVBucket,
+		Description: "edgeproc courier state of market " + cfg.Market,
+		History:     1,
+		Storage:     jetstream.FileStorage,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bridge: open: create or update kv bucket %s: %w", cfg.KVBucket, err)
+	}
+	b.kv = kv
+
+	b.runCtx, b.cancelRun = context.WithCancel(context.Background())
+	b.wg.Add(2)
+	go b.retryLoop()
+	go b.kvLoop()
+	return b, nil
+}
+
+// Config returns the bridge's configuration with defaults applied.
+func (b *Bridge) Config() Config { return b.cfg }
+
+// Publish sends payload to subject with Nats-Msg-Id = msgID (the result's
+// key) and returns once the result is accepted; its ack is awaited in the
+// background and a failed attempt is retried until acked or Close. Publish
+// copies payload, so the caller may reuse it at once.
+//
+// Publish blocks while Config.MaxPending results await their ack, until a
+// slot frees, ctx ends (the ctx error is returned, wrapped) or Close begins
+// (ErrClosed). A subject outside the market's stream gives ErrSubject, an
+// empty msgID ErrMsgID, and a payload larger than the server accepts an
+// error wrapping nats.ErrMaxPayload; nothing is sent in those cases.
+func (b *Bridge) Publish(ctx context.Context, subject, msgID string, payload []byte) error {
+	if msgID == "" {
+		return fmt.Errorf("bridge: publish to %q: %w", subject, ErrMsgID)
+	}
+	if !b.cfg.coversSubject(subject) {
+		return fmt.Errorf("bridge: publish %s to %q: %w", msgID, subject, ErrSubject)
+	}
+	select {
+	case <-b.closing:
+		return ErrClosed
+	default:
+	}
+	select {
+	case b.slots <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("bridge: publish %s: %w", msgID, ctx.Err())
+	case <-b.closing:
+		return ErrClosed
+	}
+
+	it := &item{
+		subject: subject,
+		hdr:     nats.Header{jetstream.MsgIDHeader: []string{msgID}},
+		data:    bytes.Clone(payload),
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		<-b.slots
+		return ErrClosed
+	}
+	it.seq = b.nextSeq
+	b.nextSeq++
+	b.outstanding[it.seq] = it
+	b.mu.Unlock()
+
+	msg, err := b.send(it)
+	if err != nil {
+		if errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadSubject) {
+			b.abandon(it, msg)
+			return fmt.Errorf("bridge: publish %s: %w", msgID, err)
+		}
+		b.published.Add(1)
+		b.onErr(nil, msg, err)
+		return nil
+	}
+	b.published.Add(1)
+	return nil
+}
+
+// send makes one publish attempt of it. The attempt is registered before
+// the publish, as its ack may arrive before PublishMsgAsync returns.
+func (b *Bridge) send(it *item) (*nats.Msg, error) {
+	// A fresh Msg per attempt: callbacks of an earlier, superseded attempt
+	// find no registration and are ignored.
+	msg := &nats.Msg{Subject: it.subject, Header: it.hdr, Data: it.data}
+	b.mu.Lock()
+	b.attempts[msg] = it
+	b.mu.Unlock()
+	_, err := b.js.PublishMsgAsync(msg)
+	return msg, err
+}
+
+// abandon forgets an item that can never be delivered and frees its slot.
+func (b *Bridge) abandon(it *item, msg *nats.Msg) {
+	b.mu.Lock()
+	delete(b.attempts, msg)
+	delete(b.outstanding, it.seq)
+	b.signalLocked()
+	b.mu.Unlock()
+	<-b.slots
+}
+
+// onAck completes the item of an acked attempt. It runs on the nats.go
+// ack goroutine and must not block.
+func (b *Bridge) onAck(_ jetstream.JetStream, msg *nats.Msg, ack *jetstream.PubAck) {
+	b.mu.Lock()
+	it, ok := b.attempts[msg]
+	if !ok {
+		b.mu.Unlock()
+		return
+	}
+	delete(b.attempts, msg)
+	delete(b.outstanding, it.seq)
+	b.signalLocked()
+	b.mu.Unlock()
+
+	b.acked.Add(1)
+	if ack != nil && ack.Duplicate {
+		b.duplicates.Add(1)
+	}
+	<-b.slots
+}
+
+// onErr schedules a failed attempt for retry. It runs on nats.go goroutines
+// (ack handler, timeout timer, reconnect watcher) and must not block: the
+// send to retryCh cannot, since every queued item holds one of the slots
+// retryCh has room for.
+func (b *Bridge) onErr(_ jetstream.JetStream, msg *nats.Msg, err error) {
+	b.mu.Lock()
+	it, ok := b.attempts[msg]
+	if ok {
+		delete(b.attempts, msg)
+	}
+	b.mu.Unlock()
+	if !ok {
+		return
+	}
+	b.errs.Add(1)
+	delay := backoff(it.attempt, b.cfg.MaxBackoff)
+	it.attempt++
+	it.notBefore = time.Now().Add(delay)
+	select {
+	case <-b.stop:
+	default:
+		if ok, suppressed := b.pubLog.allow(); ok {
+			b.log.Warn("bridge: publish failed, retrying",
+				"subject", it.subject, "msg_id", it.hdr.Get(jetstream.MsgIDHeader),
+				"attempt", it.attempt, "retry_in", delay, "err", err, "suppressed", suppressed)
+		}
+	}
+	b.retryCh <- it
+}
+
+// retryLoop resends failed items once their backoff has passed.
+func (b *Bridge) retryLoop() {
+	defer b.wg.Done()
+	for {
+		var it *item
+		select {
+		case <-b.stop:
+			return
+		case it = <-b.retryCh:
+		}
+		if !b.sleep(time.Until(it.notBefore)) {
+			return
+		}
+		// While disconnected a resend would only pile another copy into
+		// the reconnect buffer; wait for the connection instead, polling
+		// often enough to resume soon after it is back.
+		for !b.nc.IsConnected() {
+			if !b.sleep(connPoll) {
+				return
+			}
+		}
+		b.retries.Add(1)
+		if msg, err := b.send(it); err != nil {
+			b.onErr(nil, msg, err)
+		}
+	}
+}
+
+// sleep waits d and reports false if the bridge stopped meanwhile.
+func (b *Bridge) sleep(d time.Duration) bool {
+	if d <= 0 {
+		select {
+		case <-b.stop:
+			return false
+		default:
+			return true
+		}
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-b.stop:
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// backoff is the delay before retry number attempt+1: 50ms doubling,
+// capped at limit.
+func backoff(attempt int, limit time.Duration) time.Duration {
+	d := firstBackoff
+	for i := 0; i < attempt && d < limit; i++ {
+		d *= 2
+	}
+	return min(d, limit)
+}
+
+// signalLocked wakes Flush waiters. b.mu must be held.
+func (b *Bridge) signalLocked() {
+	if b.progress != nil {
+		close(b.progress)
+		b.progress = nil
+	}
+}
+
+// Flush waits until every result accepted by Publish before the call is
+// acked, or ctx ends (the error then wraps ctx.Err() and says how many
+// results are pending). Results published during Flush do not delay it.
+func (b *Bridge) Flush(ctx context.Context) error {
+	b.mu.Lock()
+	target := b.nextSeq
+	for {
+		// Acks arrive out of order: done when the oldest outstanding
+		// sequence is at or past the target.
+		low := b.nextSeq
+		for seq := range b.outstanding {
+			low = min(low, seq)
+		}
+		if low >= target {
+			b.mu.Unlock()
+			return nil
+		}
+		if b.progress == nil {
+			b.progress = make(chan struct{})
+		}
+		ch := b.progress
+		b.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("bridge: flush: %d results not acknowledged: %w", len(b.slots), ctx.Err())
+		}
+		b.mu.Lock()
+	}
+}
+
+// Stats returns a snapshot of the counters.
+func (b *Bridge) Stats() Stats {
+	return Stats{
+		Published:  b.published.Load(),
+		Acked:      b.acked.Load(),
+		Duplicates: b.duplicates.Load(),
+		Errors:     b.errs.Load(),
+		Retries:    b.retries.Load(),
+		Pending:    len(b.slots),
+		Connected:  b.nc.IsConnected(),
+		KVWrites:   b.kvWrites.Load(),
+		KVErrors:   b.kvErrors.Load(),
+		KVRefused:  b.kvRefused.Load(),
+	}
+}
+
+// Connected reports whether the NATS connection is currently up.
+func (b *Bridge) Connected() bool { return b.nc.IsConnected() }
+
+// Close stops accepting results, waits (bounded by ctx) until every
+// accepted result is acked, stops the goroutines, writes the courier states
+// still waiting (bounded by ctx), and releases the bridge's JetStream
+// publisher. It does not close the *nats.Conn. The error reports results
+// left unacknowledged or states left unwritten. Later calls return the
+// first call's result.
+func (b *Bridge) Close(ctx context.Context) error {
+	b.closeOnce.Do(func() {
+		close(b.closing)
+		b.mu.Lock()
+		b.closed = true
+		b.mu.Unlock()
+
+		flushErr := b.Flush(ctx)
+		close(b.stop)
+		b.cancelRun()
+		b.wg.Wait()
+		kvErr := b.flushKV(ctx, time.Now(), true)
+		// Fails what is still in flight (the callbacks find nothing to
+		// retry any more) and drops the reply subscription.
+		b.js.CleanupPublisher()
+		if flushErr != nil || kvErr != nil {
+			b.closeErr = fmt.Errorf("bridge: close: %w", errors.Join(flushErr, kvErr))
+		}
+	})
+	return b.closeErr
+}
+
+// limiter lets one log line through per period and counts the rest.
+type limiter struct {
+	every time.Duration
+
+	mu         sync.Mutex
+	last       time.Time
+	suppressed int
+}
+
+// allow reports whether to log now, and how many lines were suppressed
+// since the last one logged.
+func (l *limiter) allow() (bool, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	if !l.last.IsZero() && now.Sub(l.last) < l.every {
+		l.suppressed++
+		return false, 0
+	}
+	n := l.suppressed
+	l.last, l.suppressed = now, 0
+	return true, n
+}

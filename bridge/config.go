@@ -1,0 +1,225 @@
+package bridge
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Defaults applied by Open to zero Config fields.
+const (
+	// DefaultSubjectPrefix is the first subject token of every output.
+	DefaultSubjectPrefix = "delivery"
+	// DefaultDuplicateWindow is how long the stream remembers a Nats-Msg-Id.
+	DefaultDuplicateWindow = 10 * time.Minute
+	// DefaultMaxPending is the number of results that may be unacknowledged
+	// at once before Publish blocks.
+	DefaultMaxPending = 1024
+	// DefaultKVInterval is the minimum time between two KV writes of the
+	// same courier when its status does not change.
+	DefaultKVInterval = time.Second
+	// DefaultMaxCouriers caps the couriers the KV coalescer tracks at once.
+	DefaultMaxCouriers = 100_000
+	// DefaultAckTimeout is how long a publish waits for its ack before it is
+	// retried, and the timeout of one KV write.
+	DefaultAckTimeout = 5 * time.Second
+	// DefaultMaxBackoff caps the delay between two attempts of one result.
+	DefaultMaxBackoff = 5 * time.Second
+)
+
+// Output kinds accepted by Config.Subject.
+const (
+	KindDistance       = "distance"
+	KindNoSignal       = "no_signal"
+	KindSignalRestored = "signal_restored"
+	KindLate           = "late"
+	KindRejected       = "rejected"
+)
+
+// ErrConfig is wrapped by every error Validate returns.
+var ErrConfig = errors.New("invalid bridge config")
+
+var (
+	marketRe = regexp.MustCompile(`^[a-z0-9_-]{1,32}$`)
+	// A subject token is anything but whitespace, '.', and the wildcards.
+	tokenRe = regexp.MustCompile(`^[^\s.*>]+$`)
+	// Stream names may not contain whitespace, '.', wildcards or path separators.
+	streamRe = regexp.MustCompile(`^[^\s.*>/\\]{1,255}$`)
+	bucketRe = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,255}$`)
+)
+
+// Config configures one market's Bridge. The zero value of every field but
+// Market means its default.
+type Config struct {
+	// Market is the market name, [a-z0-9_-]{1,32}. Required.
+	Market string
+	// SubjectPrefix is the first token(s) of every subject, e.g. "delivery"
+	// gives delivery.dashboard.MARKET.distance. Default "delivery".
+	SubjectPrefix string
+	// Stream is the JetStream stream that captures the market's subjects.
+	// Default "EDGEPROC_" + upper-case Market.
+	Stream string
+	// DuplicateWindow is the stream's Nats-Msg-Id dedup window. Default 10m.
+	DuplicateWindow time.Duration
+	// MaxPending is how many results may await their ack at once; Publish
+	// blocks beyond it. Default 1024.
+	MaxPending int
+	// KVBucket is the key-value bucket of courier state.
+	// Default "edgeproc_couriers_" + Market.
+	KVBucket string
+	// KVInterval is the minimum time between two writes of one courier's
+	// state while its status is unchanged. Default 1s.
+	KVInterval time.Duration
+	// MaxCouriers caps the couriers tracked by the KV coalescer; updates of
+	// further couriers are refused and counted. Default 100000.
+	MaxCouriers int
+	// AckTimeout is how long one publish attempt waits for its ack, and the
+	// timeout of one KV write. Default 5s.
+	AckTimeout time.Duration
+	// MaxBackoff caps the doubling delay between attempts. Default 5s.
+	MaxBackoff time.Duration
+}
+
+// withDefaults returns a copy of c with zero fields set to their defaults.
+func (c Config) withDefaults() Config {
+	if c.SubjectPrefix == "" {
+		c.SubjectPrefix = DefaultSubjectPrefix
+	}
+	if c.Stream == "" {
+		c.Stream = "EDGEPROC_" + strings.ToUpper(c.Market)
+	}
+	if c.DuplicateWindow == 0 {
+		c.DuplicateWindow = DefaultDuplicateWindow
+	}
+	if c.MaxPending == 0 {
+		c.MaxPending = DefaultMaxPending
+	}
+	if c.KVBucket == "" {
+		// Market names are already valid bucket characters ('-' included).
+		c.KVBucket = "edgeproc_couriers_" + c.Market
+	}
+	if c.KVInterval == 0 {
+		c.KVInterval = DefaultKVInterval
+	}
+	if c.MaxCouriers == 0 {
+		c.MaxCouriers = DefaultMaxCouriers
+	}
+	if c.AckTimeout == 0 {
+		c.AckTimeout = DefaultAckTimeout
+	}
+	if c.MaxBackoff == 0 {
+		c.MaxBackoff = DefaultMaxBackoff
+	}
+	return c
+}
+
+// Validate reports the first invalid field of c once defaults are applied.
+// Every error wraps ErrConfig.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	bad := func(field string, v any, why string) error {
+		return fmt.Errorf("%w: %s %v: %s", ErrConfig, field, v, why)
+	}
+	if !marketRe.MatchString(c.Market) {
+		return bad("market", fmt.Sprintf("%q", c.Market), "must match [a-z0-9_-]{1,32}")
+	}
+	for _, tok := range strings.Split(c.SubjectPrefix, ".") {
+		if !tokenRe.MatchString(tok) {
+			return bad("subject_prefix", fmt.Sprintf("%q", c.SubjectPrefix), "must be dot-separated tokens without spaces or wildcards")
+		}
+	}
+	if !streamRe.MatchString(c.Stream) {
+		return bad("stream", fmt.Sprintf("%q", c.Stream), "must have no spaces, '.', '*', '>' or path separators")
+	}
+	if !bucketRe.MatchString(c.KVBucket) {
+		return bad("kv_bucket", fmt.Sprintf("%q", c.KVBucket), "must match [a-zA-Z0-9_-]+")
+	}
+	if c.DuplicateWindow < 0 {
+		return bad("duplicate_window", c.DuplicateWindow, "must be positive")
+	}
+	if c.MaxPending < 0 {
+		return bad("max_pending", c.MaxPending, "must be positive")
+	}
+	if c.KVInterval < 0 {
+		return bad("kv_interval", c.KVInterval, "must be positive")
+	}
+	if c.MaxCouriers < 0 {
+		return bad("max_couriers", c.MaxCouriers, "must be positive")
+	}
+	if c.AckTimeout < 0 {
+		return bad("ack_timeout", c.AckTimeout, "must be positive")
+	}
+	if c.MaxBackoff < 0 {
+		return bad("max_backoff", c.MaxBackoff, "must be positive")
+	}
+	return nil
+}
+
+// Subject returns the subject of an output kind: KindDistance, KindNoSignal
+// and KindSignalRestored go to PREFIX.dashboard.MARKET.KIND, KindLate to
+// PREFIX.late.MARKET and KindRejected to PREFIX.rejected.MARKET. Any other
+// kind is treated as a dashboard result type.
+func (c Config) Subject(kind string) string {
+	c = c.withDefaults()
+	switch kind {
+	case KindLate:
+		return c.SubjectPrefix + ".late." + c.Market
+	case KindRejected:
+		return c.SubjectPrefix + ".rejected." + c.Market
+	default:
+		return c.SubjectPrefix + ".dashboard." + c.Market + "." + kind
+	}
+}
+
+// streamSubjects lists the subjects the market's stream captures.
+func (c Config) streamSubjects() []string {
+	c = c.withDefaults()
+	return []string{
+		c.SubjectPrefix + ".dashboard." + c.Market + ".>",
+		c.Subject(KindLate),
+		c.Subject(KindRejected),
+	}
+}
+
+// coversSubject reports whether subject is captured by the market's stream,
+// so a typo fails Publish instead of being retried forever.
+func (c Config) coversSubject(subject string) bool {
+	c = c.withDefaults()
+	if subject == c.Subject(KindLate) || subject == c.Subject(KindRejected) {
+		return true
+	}
+	rest, ok := strings.CutPrefix(subject, c.SubjectPrefix+".dashboard."+c.Market+".")
+	if !ok || rest == "" {
+		return false
+	}
+	for _, tok := range strings.Split(rest, ".") {
+		if !tokenRe.MatchString(tok) {
+			return false
+		}
+	}
+	return true
+}
+
+// kvKeyRe is what a KV key may contain (nats.go's rule); ':' is not in it.
+var kvKeyRe = regexp.MustCompile(`^[-/_=.a-zA-Z0-9]+$`)
+
+// CourierKey returns the KV key of a courier id. Ids are
+// [A-Za-z0-9._:-]{1,64}, but KV keys allow no ':' and no leading, trailing
+// or doubled '.', so ':' becomes '=' (which no id contains); an id that is
+// still not a valid key becomes "b64/" + its unpadded base64url form ('/'
+// appears in no other key). Distinct ids always get distinct keys. The
+// value stored under the key carries the original id.
+func CourierKey(courier string) string {
+	// An input that already holds '=' or '/' could collide with a mapped
+	// or encoded key, so it is encoded too.
+	if !strings.ContainsAny(courier, "=/") {
+		k := strings.ReplaceAll(courier, ":", "=")
+		if k != "" && k[0] != '.' && k[len(k)-1] != '.' && !strings.Contains(k, "..") && kvKeyRe.MatchString(k) {
+			return k
+		}
+	}
+	return "b64/" + base64.RawURLEncoding.EncodeToString([]byte(courier))
+}

@@ -1,0 +1,192 @@
+package bridge
+
+import (
+	"errors"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestConfig_Subject(t *testing.T) {
+	tests := []struct {
+		cfg  Config
+		kind string
+		want string
+	}{
+		{Config{Market: "girona"}, KindDistance, "delivery.dashboard.girona.distance"},
+		{Config{Market: "girona"}, KindNoSignal, "delivery.dashboard.girona.no_signal"},
+		{Config{Market: "girona"}, KindSignalRestored, "delivery.dashboard.girona.signal_restored"},
+		{Config{Market: "girona"}, KindLate, "delivery.late.girona"},
+		{Config{Market: "girona"}, KindRejected, "delivery.rejected.girona"},
+		{Config{Market: "bcn-2", SubjectPrefix: "km0.out"}, KindDistance, "km0.out.dashboard.bcn-2.distance"},
+		{Config{Market: "bcn-2", SubjectPrefix: "km0.out"}, KindLate, "km0.out.late.bcn-2"},
+	}
+	for _, tt := range tests {
+		if got := tt.cfg.Subject(tt.kind); got != tt.want {
+			t.Errorf("Config{Market: %q, SubjectPrefix: %q}.Subject(%q): got %q, want %q",
+				tt.cfg.Market, tt.cfg.SubjectPrefix, tt.kind, got, tt.want)
+		}
+	}
+}
+
+func TestConfig_CoversSubject(t *testing.T) {
+	cfg := Config{Market: "girona"}
+	tests := []struct {
+		subject string
+		want    bool
+	}{
+		{"delivery.dashboard.girona.distance", true},
+		{"delivery.dashboard.girona.no_signal", true},
+		{"delivery.late.girona", true},
+		{"delivery.rejected.girona", true},
+		{"delivery.dashboard.girona", false},
+		{"delivery.dashboard.girona.", false},
+		{"delivery.dashboard.girona.a..b", false},
+		{"delivery.dashboard.girona.*", false},
+		{"delivery.dashboard.bcn.distance", false},
+		{"delivery.late.girona.x", false},
+		{"other.late.girona", false},
+		{"", false},
+	}
+	for _, tt := range tests {
+		if got := cfg.coversSubject(tt.subject); got != tt.want {
+			t.Errorf("coversSubject(%q): got %v, want %v", tt.subject, got, tt.want)
+		}
+	}
+}
+
+func TestConfig_Defaults(t *testing.T) {
+	got := Config{Market: "bcn-2"}.withDefaults()
+	want := Config{
+		Market:          "bcn-2",
+		SubjectPrefix:   "delivery",
+		Stream:          "EDGEPROC_BCN-2",
+		DuplicateWindow: 10 * time.Minute,
+		MaxPending:      1024,
+		KVBucket:        "edgeproc_couriers_bcn-2",
+		KVInterval:      time.Second,
+		MaxCouriers:     100_000,
+		AckTimeout:      5 * time.Second,
+		MaxBackoff:      5 * time.Second,
+	}
+	if got != want {
+		t.Errorf("defaults: got %+v, want %+v", got, want)
+	}
+	if err := got.Validate(); err != nil {
+		t.Errorf("defaults do not validate: %v", err)
+	}
+}
+
+func TestConfig_Validate(t *testing.T) {
+	tests := []struct {
+		name    string
+		cfg     Config
+		wantErr string // substring naming the field; "" = valid
+	}{
+		{"minimal", Config{Market: "girona"}, ""},
+		{"no market", Config{}, "market"},
+		{"upper-case market", Config{Market: "Girona"}, "market"},
+		{"market with dot", Config{Market: "a.b"}, "market"},
+		{"market too long", Config{Market: strings.Repeat("a", 33)}, "market"},
+		{"prefix with wildcard", Config{Market: "g", SubjectPrefix: "a.*"}, "subject_prefix"},
+		{"prefix with empty token", Config{Market: "g", SubjectPrefix: "a..b"}, "subject_prefix"},
+		{"prefix with space", Config{Market: "g", SubjectPrefix: "a b"}, "subject_prefix"},
+		{"stream with dot", Config{Market: "g", Stream: "a.b"}, "stream"},
+		{"bucket with dot", Config{Market: "g", KVBucket: "a.b"}, "kv_bucket"},
+		{"negative window", Config{Market: "g", DuplicateWindow: -time.Second}, "duplicate_window"},
+		{"negative pending", Config{Market: "g", MaxPending: -1}, "max_pending"},
+		{"negative kv interval", Config{Market: "g", KVInterval: -1}, "kv_interval"},
+		{"negative couriers", Config{Market: "g", MaxCouriers: -1}, "max_couriers"},
+		{"negative ack timeout", Config{Market: "g", AckTimeout: -1}, "ack_timeout"},
+		{"negative backoff", Config{Market: "g", MaxBackoff: -1}, "max_backoff"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.cfg.Validate()
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("got error %v, want none", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("got no error, want one naming %q", tt.wantErr)
+			}
+			if !errors.Is(err, ErrConfig) {
+				t.Errorf("got %v, want it to wrap ErrConfig", err)
+			}
+			if !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("got %q, want it to name %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// validKVKey is nats.go's rule for a key.
+func validKVKey(k string) bool {
+	if k == "" || k[0] == '.' || k[len(k)-1] == '.' || strings.Contains(k, "..") {
+		return false
+	}
+	return regexp.MustCompile(`^[-/_=.a-zA-Z0-9]+$`).MatchString(k)
+}
+
+func TestCourierKey(t *testing.T) {
+	tests := []struct {
+		courier string
+		want    string
+	}{
+		{"van-3", "van-3"},
+		{"bike_7.a", "bike_7.a"},
+		{"fleet:van:3", "fleet=van=3"},
+		{".lead", "b64/LmxlYWQ"},
+		{"trail.", "b64/dHJhaWwu"},
+		{"a..b", "b64/YS4uYg"},
+		{"a=b", "b64/YT1i"}, // not a valid id, but must not collide with "a:b"
+		{"a:b", "a=b"},
+	}
+	for _, tt := range tests {
+		got := CourierKey(tt.courier)
+		if got != tt.want {
+			t.Errorf("CourierKey(%q): got %q, want %q", tt.courier, got, tt.want)
+		}
+		if !validKVKey(got) {
+			t.Errorf("CourierKey(%q) = %q is not a valid KV key", tt.courier, got)
+		}
+	}
+}
+
+func TestCourierKey_Distinct(t *testing.T) {
+	ids := []string{"a:b", "a=b", "a/b", "b64/YTpi", ".a", "a.", "a..b", "a.b", "a-b", "a_b", "A", "a", "::", "=="}
+	seen := map[string]string{}
+	for _, id := range ids {
+		k := CourierKey(id)
+		if !validKVKey(k) {
+			t.Errorf("CourierKey(%q) = %q is not a valid KV key", id, k)
+		}
+		if prev, ok := seen[k]; ok {
+			t.Errorf("CourierKey(%q) = CourierKey(%q) = %q", id, prev, k)
+		}
+		seen[k] = id
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	tests := []struct {
+		attempt int
+		limit   time.Duration
+		want    time.Duration
+	}{
+		{0, 5 * time.Second, 50 * time.Millisecond},
+		{1, 5 * time.Second, 100 * time.Millisecond},
+		{3, 5 * time.Second, 400 * time.Millisecond},
+		{7, 5 * time.Second, 5 * time.Second},
+		{1000, 5 * time.Second, 5 * time.Second},
+		{0, 10 * time.Millisecond, 10 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		if got := backoff(tt.attempt, tt.limit); got != tt.want {
+			t.Errorf("backoff(%d, %v): got %v, want %v", tt.attempt, tt.limit, got, tt.want)
+		}
+	}
+}

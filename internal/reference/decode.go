@@ -1,0 +1,158 @@
+package reference
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+const (
+	// maxLineBytes is the 4 KiB payload limit; longer lines are too_large.
+	maxLineBytes = 4096
+	// maxRawBytes bounds the "raw" field of a rejected record.
+	maxRawBytes = 1024
+)
+
+var courierPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
+
+// decoded is what one line yields before the clock-dependent future check.
+type decoded struct {
+	arrival    int64
+	hasArrival bool
+	// reason is the first rejection reason of §2 that applies, or "".
+	reason string
+	pos    position
+}
+
+// decodeLine applies the §2 checks in their order, except future_timestamp
+// (which needs the clock) and courier_mismatch (no topic in a replay).
+func decodeLine(line []byte) decoded {
+	var d decoded
+	if len(line) > maxLineBytes {
+		d.reason = "too_large"
+		return d
+	}
+	obj, ok := decodeObject(line)
+	if !ok {
+		d.reason = "malformed_json"
+		return d
+	}
+	if raw, ok := obj["arrival_ms"]; ok {
+		d.arrival, d.hasArrival = integerLiteral(raw)
+	}
+
+	for _, f := range []string{"courier", "lat", "lon", "timestamp_ms"} {
+		raw, ok := obj[f]
+		if !ok || string(bytes.TrimSpace(raw)) == "null" {
+			d.reason = "missing_field"
+			return d
+		}
+	}
+
+	courier, ok := decodeValue(obj["courier"]).(string)
+	if !ok || !courierPattern.MatchString(courier) {
+		d.reason = "bad_courier"
+		return d
+	}
+	lat, okLat := finiteNumber(obj["lat"])
+	lon, okLon := finiteNumber(obj["lon"])
+	if !okLat || !okLon || lat < -90 || lat > 90 || lon < -180 || lon > 180 {
+		d.reason = "bad_coordinates"
+		return d
+	}
+	ts, ok := integerLiteral(obj["timestamp_ms"])
+	if !ok || ts <= 0 {
+		d.reason = "bad_timestamp"
+		return d
+	}
+	var acc float64
+	if raw, ok := obj["accuracy_m"]; ok {
+		if a, ok := finiteNumber(raw); ok && a >= 0 {
+			acc = a
+		}
+	}
+	d.pos = position{courier: courier, ts: ts, lat: lat, lon: lon, acc: acc}
+	return d
+}
+
+// decodeObject parses line as exactly one JSON object (JSON null, arrays,
+// scalars and trailing data are not).
+func decodeObject(line []byte) (map[string]json.RawMessage, bool) {
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.UseNumber()
+	var obj map[string]json.RawMessage
+	if err := dec.Decode(&obj); err != nil || obj == nil {
+		return nil, false
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, false
+	}
+	return obj, true
+}
+
+// decodeValue decodes one member of an already valid object; numbers come
+// back as json.Number, so a quoted number stays a string.
+func decodeValue(raw json.RawMessage) any {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil
+	}
+	return v
+}
+
+// finiteNumber reports raw as a float64 when it is a JSON number whose value
+// is finite as a float64 (1e400 is not; 1e-400 rounds to 0 and is).
+func finiteNumber(raw json.RawMessage) (float64, bool) {
+	n, ok := decodeValue(raw).(json.Number)
+	if !ok {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(n.String(), 64)
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
+		return 0, false
+	}
+	if math.IsInf(f, 0) || math.IsNaN(f) {
+		return 0, false
+	}
+	return f, true
+}
+
+// integerLiteral reports raw as an int64 when it is a JSON number written
+// without fraction or exponent and within int64. (ParseInt would refuse '.',
+// 'e' and 'E' too; the check states the contract's rule.)
+func integerLiteral(raw json.RawMessage) (int64, bool) {
+	n, ok := decodeValue(raw).(json.Number)
+	if !ok || strings.ContainsAny(n.String(), ".eE") {
+		return 0, false
+	}
+	v, err := strconv.ParseInt(n.String(), 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	return v, true
+}
+
+// truncateRaw keeps at most maxRawBytes of line, ending on a rune boundary
+// as utf8.DecodeRune sees it (an invalid byte counts as a one-byte rune).
+func truncateRaw(line []byte) string {
+	if len(line) <= maxRawBytes {
+		return string(line)
+	}
+	cut := 0
+	for cut < len(line) {
+		_, size := utf8.DecodeRune(line[cut:])
+		if cut+size > maxRawBytes {
+			break
+		}
+		cut += size
+	}
+	return string(line[:cut])
+}

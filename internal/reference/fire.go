@@ -1,0 +1,206 @@
+package reference
+
+import (
+	"fmt"
+	"math/big"
+	"sort"
+
+	"github.com/uber/h3-go/v4"
+)
+
+// firing is one window or session whose time has come.
+type firing struct {
+	at      *big.Int // window end, or session last_ts + gap
+	courier string
+	kind    int // 0 distance window, 1 session: distance fires first (decision 9)
+	w       *window
+	s       *session
+	c       *courierState
+}
+
+// advance raises the watermark to cand if that is higher, fires what it
+// crosses (stamped emittedAt) and then forgets idle couriers.
+func (pr *processor) advance(cand *big.Int, emittedAt int64) {
+	if cmp(cand, pr.wm) <= 0 {
+		return
+	}
+	pr.wm = cand
+	pr.fire(emittedAt, nil)
+	pr.forget()
+}
+
+// flush is the end of input: the watermark goes to +infinity and everything
+// open fires, stamped with the last clock value.
+func (pr *processor) flush() {
+	pr.wm = posInfinity()
+	// The latest open session of each courier is the one whose no_signal says
+	// end_of_input.
+	latest := map[*session]bool{}
+	for _, c := range pr.couriers {
+		var best *session
+		for _, s := range c.sessions {
+			if s.open && (best == nil || s.start > best.start) {
+				best = s
+			}
+		}
+		if best != nil {
+			latest[best] = true
+		}
+	}
+	pr.fire(pr.now(), latest)
+}
+
+// fire emits, in order of firing time, courier, then kind, every window and
+// session the current watermark has reached. endOfInput marks the sessions
+// whose no_signal carries "end_of_input": true.
+func (pr *processor) fire(emittedAt int64, endOfInput map[*session]bool) {
+	var due []firing
+	for _, c := range pr.sortedCouriers() {
+		for _, w := range c.windows {
+			if cmp(pr.wm, w.end) >= 0 {
+				due = append(due, firing{at: w.end, courier: c.name, kind: 0, w: w, c: c})
+			}
+		}
+		for _, s := range c.sessions {
+			if s.open && cmp(pr.wm, pr.sessionEnd(s)) >= 0 {
+				due = append(due, firing{at: pr.sessionEnd(s), courier: c.name, kind: 1, s: s, c: c})
+			}
+		}
+	}
+	sort.SliceStable(due, func(i, j int) bool {
+		a, b := due[i], due[j]
+		if r := cmp(a.at, b.at); r != 0 {
+			return r < 0
+		}
+		if a.courier != b.courier {
+			return a.courier < b.courier
+		}
+		return a.kind < b.kind
+	})
+	for _, f := range due {
+		if f.w != nil {
+			delete(f.c.windows, f.w.start)
+			pr.emitDistance(f.c, f.w, emittedAt)
+			continue
+		}
+		f.s.open = false
+		pr.emitNoSignal(f.c, f.s, endOfInput[f.s], emittedAt)
+		pr.afterClose(f.c, f.s, emittedAt)
+	}
+}
+
+// afterClose restores the courier at once if it already has a next session,
+// otherwise remembers that it is silent (decision 7).
+func (pr *processor) afterClose(c *courierState, closed *session, emittedAt int64) {
+	var next *session
+	for _, s := range c.sessions {
+		if s.open && (next == nil || s.start < next.start) {
+			next = s
+		}
+	}
+	if next != nil {
+		pr.emitRestored(c, closed.last.ts, next.start, emittedAt)
+		return
+	}
+	silent := closed.last.ts
+	c.silentFrom = &silent
+}
+
+// forget drops the pending restore and the LAG predecessor of every courier
+// with nothing open whose newest accepted position is RestoreTTLMs behind the
+// watermark (decision 8).
+func (pr *processor) forget() {
+	for _, c := range pr.couriers {
+		if !c.hasAccepted || len(c.windows) > 0 || hasOpenSession(c) {
+			continue
+		}
+		if cmp(pr.wm, plus(c.maxAccepted, pr.p.RestoreTTLMs)) < 0 {
+			continue
+		}
+		c.silentFrom = nil
+		if c.epochHasPos {
+			c.epoch++
+			c.epochHasPos = false
+		}
+	}
+}
+
+func hasOpenSession(c *courierState) bool {
+	for _, s := range c.sessions {
+		if s.open {
+			return true
+		}
+	}
+	return false
+}
+
+// predecessor is the courier's accepted position with the largest ts below
+// p.ts in p's epoch, or nil when p is the first.
+func predecessor(c *courierState, p *position) *position {
+	var pred *position
+	for _, q := range c.distPositions {
+		if q.epoch == p.epoch && q.ts < p.ts && (pred == nil || q.ts > pred.ts) {
+			pred = q
+		}
+	}
+	return pred
+}
+
+func (pr *processor) emitDistance(c *courierState, w *window, emittedAt int64) {
+	ps := append([]*position(nil), w.positions...)
+	sort.Slice(ps, func(i, j int) bool { return ps[i].ts < ps[j].ts })
+	// Summed in timestamp order, so float rounding is reproducible.
+	dist := 0.0
+	for _, p := range ps {
+		if pred := predecessor(c, p); pred != nil {
+			dist += segment(pred, p, pr.p)
+		}
+	}
+	newest := ps[len(ps)-1]
+	pr.emit(map[string]any{
+		"type":            "distance",
+		"courier":         c.name,
+		"key":             fmt.Sprintf("distance|%s|%s|%d", pr.p.Market, c.name, w.start),
+		"emitted_at_ms":   emittedAt,
+		"window_start_ms": w.start,
+		"window_end_ms":   saturate(w.end),
+		"distance_m":      dist,
+		"positions":       int64(len(ps)),
+		"stopped":         dist < pr.p.StoppedBelowM,
+		"cell":            pr.cell(newest.lat, newest.lon),
+	})
+}
+
+func (pr *processor) emitNoSignal(c *courierState, s *session, endOfInput bool, emittedAt int64) {
+	rec := map[string]any{
+		"type":             "no_signal",
+		"courier":          c.name,
+		"key":              fmt.Sprintf("no_signal|%s|%s|%d", pr.p.Market, c.name, s.start),
+		"emitted_at_ms":    emittedAt,
+		"session_start_ms": s.start,
+		"last_seen_ms":     s.last.ts,
+		"last_lat":         s.last.lat,
+		"last_lon":         s.last.lon,
+		"cell":             pr.cell(s.last.lat, s.last.lon),
+	}
+	if endOfInput {
+		rec["end_of_input"] = true
+	}
+	pr.emit(rec)
+}
+
+func (pr *processor) emitRestored(c *courierState, silentFrom, restoredAt, emittedAt int64) {
+	pr.emit(map[string]any{
+		"type":           "signal_restored",
+		"courier":        c.name,
+		"key":            fmt.Sprintf("signal_restored|%s|%s|%d", pr.p.Market, c.name, silentFrom),
+		"emitted_at_ms":  emittedAt,
+		"silent_from_ms": silentFrom,
+		"restored_at_ms": restoredAt,
+		"gap_ms":         restoredAt - silentFrom,
+	})
+}
+
+func (pr *processor) cell(lat, lon float64) string {
+	return h3.LatLngToCell(h3.NewLatLng(lat, lon), pr.p.H3Resolution).String()
+}

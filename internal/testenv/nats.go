@@ -1,0 +1,171 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// natsReadyTimeout bounds how long a (re)start may take before the test
+// fails; the embedded server is normally ready within milliseconds.
+const natsReadyTimeout = 10 * time.Second
+
+// NATS is an embedded nats-server with JetStream owned by one test. Its port
+// and store directory stay the same across Restart, so streams, their
+// messages and their duplicate windows survive a restart as in production.
+type NATS struct {
+	tb       testing.TB
+	storeDir string
+
+	mu   sync.Mutex
+	port int // -1 until the first start has picked one
+	srv  *server.Server
+}
+
+// StartNATS starts an embedded nats-server with JetStream on 127.0.0.1 and a
+// random port, storing in tb.TempDir(), and returns once it accepts clients.
+// It is shut down when the test ends.
+func StartNATS(tb testing.TB) *NATS {
+	tb.Helper()
+	n := &NATS{tb: tb, storeDir: tb.TempDir(), port: -1}
+	n.start()
+	tb.Cleanup(n.Shutdown)
+	return n
+}
+
+// URL is the client URL, nats://127.0.0.1:PORT; it stays valid across Restart.
+func (n *NATS) URL() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return fmt.Sprintf("nats://127.0.0.1:%d", n.port)
+}
+
+// Shutdown stops the server and waits until it has released its port and
+// store. Clients see a disconnection. Shutting down twice is harmless.
+func (n *NATS) Shutdown() {
+	n.mu.Lock()
+	srv := n.srv
+	n.srv = nil
+	n.mu.Unlock()
+	if srv != nil {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+	}
+}
+
+// Restart shuts the server down if it runs, and starts it again on the
+// same port with the same store.
+func (n *NATS) Restart() {
+	n.tb.Helper()
+	n.Shutdown()
+	n.start()
+}
+
+func (n *NATS) start() {
+	n.tb.Helper()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	// A fresh Options each time: the server keeps and may amend the one it
+	// is given.
+	srv, err := server.NewServer(&server.Options{
+		Host:      "127.0.0.1",
+		Port:      n.port,
+		JetStream: true,
+		StoreDir:  n.storeDir,
+		NoSigs:    true,
+		NoLog:     true,
+	})
+	if err != nil {
+		n.tb.Fatalf("new nats server on port %d: %v", n.port, err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(natsReadyTimeout) {
+		srv.Shutdown()
+		n.tb.Fatalf("nats server on port %d not ready within %v", n.port, natsReadyTimeout)
+	}
+	addr, ok := srv.Addr().(*net.TCPAddr)
+	if !ok {
+		srv.Shutdown()
+		n.tb.Fatalf("nats server address %v is not TCP", srv.Addr())
+	}
+	n.port = addr.Port
+	n.srv = srv
+}
+
+// Connect opens a client connection to the server that reconnects forever
+// (every 50 ms) and buffers publishes while disconnected, as edgeproc's
+// connection does. It is closed when the test ends.
+func (n *NATS) Connect(tb testing.TB, opts ...nats.Option) *nats.Conn {
+	tb.Helper()
+	opts = append([]nats.Option{
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(50 * time.Millisecond),
+		nats.ReconnectJitter(0, 0),
+		// nats.go's default prints async errors (broken pipes while the
+		// server is down) to stderr; tests assert on outcomes instead.
+		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}),
+	}, opts...)
+	nc, err := nats.Connect(n.URL(), opts...)
+	if err != nil {
+		tb.Fatalf("connect to %s: %v", n.URL(), err)
+	}
+	tb.Cleanup(nc.Close)
+	return nc
+}
+
+// ReadStream returns every message stored in stream, in stream order, with
+// subject, headers and data. It connects to url on its own, so it can be
+// called after the code under test has closed its connection.
+func ReadStream(tb testing.TB, url, stream string) []*nats.Msg {
+	tb.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		tb.Fatalf("read stream %s: connect to %s: %v", stream, url, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		tb.Fatalf("read stream %s: jetstream: %v", stream, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		tb.Fatalf("read stream %s: %v", stream, err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		tb.Fatalf("read stream %s: info: %v", stream, err)
+	}
+	want := int(info.State.Msgs)
+	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		tb.Fatalf("read stream %s: ordered consumer: %v", stream, err)
+	}
+	msgs := make([]*nats.Msg, 0, want)
+	for len(msgs) < want {
+		batch, err := cons.Fetch(min(want-len(msgs), 1000), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			tb.Fatalf("read stream %s: fetch after %d of %d: %v", stream, len(msgs), want, err)
+		}
+		got := 0
+		for m := range batch.Messages() {
+			msgs = append(msgs, &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
+			got++
+		}
+		if err := batch.Error(); err != nil {
+			tb.Fatalf("read stream %s: fetch after %d of %d: %v", stream, len(msgs), want, err)
+		}
+		if got == 0 {
+			tb.Fatalf("read stream %s: no message after %d of %d", stream, len(msgs), want)
+		}
+	}
+	return msgs
+}

@@ -1,0 +1,204 @@
+// Package position decodes and validates one courier position: an MQTT
+// payload or one line of a replay file (contract §2).
+//
+// Decoding is the hottest path of the service, so it uses a small strict
+// single-pass JSON scanner instead of encoding/json: it allocates nothing,
+// and it sees the raw literal of every number, which the rejection rules
+// need (integer versus fraction/exponent, int64 range, finiteness).
+//
+// The scanner accepts exactly what encoding/json's json.Valid accepts, for
+// every input of at most MaxPayload bytes. In particular, like
+// encoding/json, it accepts bytes that are not valid UTF-8 inside strings
+// (encoding/json replaces them with U+FFFD when it unquotes); such bytes
+// can never form a valid courier id, so they only matter for validity.
+// Nested values of unknown fields are validated and skipped at any depth:
+// MaxPayload bounds the depth to MaxPayload/2, so there is no separate
+// depth limit below json.Valid's.
+//
+// Duplicate keys behave as in encoding/json: the last occurrence wins.
+// Keys are compared after unescaping, so "\u0063ourier" is "courier".
+package position
+
+import "strconv"
+
+// MaxPayload is the largest accepted payload, in bytes (4 KiB). A payload
+// of exactly MaxPayload bytes is accepted; a larger one is TooLarge.
+const MaxPayload = 4096
+
+// Reason is why an input was rejected; OK means accepted. String gives the
+// contract's reason text.
+type Reason uint8
+
+// Rejection reasons, in the order the contract checks them (the first that
+// applies is reported).
+const (
+	OK              Reason = iota
+	TooLarge               // over MaxPayload bytes
+	MalformedJSON          // not JSON, or not a JSON object
+	MissingField           // courier, lat, lon or timestamp_ms absent or null
+	BadCourier             // courier not a string of 1–64 chars of [A-Za-z0-9._:-]
+	BadCoordinates         // lat/lon not finite numbers, or out of range
+	BadTimestamp           // timestamp_ms not an int64 integer literal > 0
+	CourierMismatch        // topic courier differs from the payload's (see CheckTopic)
+	FutureTimestamp        // too far ahead of the processing clock (checked by the caller)
+)
+
+// Reasons lists every rejection reason in contract order, for metrics and
+// summaries. Treat it as read-only.
+var Reasons = [...]Reason{
+	TooLarge, MalformedJSON, MissingField, BadCourier,
+	BadCoordinates, BadTimestamp, CourierMismatch, FutureTimestamp,
+}
+
+var reasonText = [...]string{
+	OK:              "ok",
+	TooLarge:        "too_large",
+	MalformedJSON:   "malformed_json",
+	MissingField:    "missing_field",
+	BadCourier:      "bad_courier",
+	BadCoordinates:  "bad_coordinates",
+	BadTimestamp:    "bad_timestamp",
+	CourierMismatch: "courier_mismatch",
+	FutureTimestamp: "future_timestamp",
+}
+
+// String returns the contract's text for r ("ok", "too_large", ...), or
+// "reason(N)" for a value that is not a defined Reason.
+func (r Reason) String() string {
+	if int(r) < len(reasonText) {
+		return reasonText[r]
+	}
+	return "reason(" + strconv.Itoa(int(r)) + ")"
+}
+
+// Position is one decoded courier position.
+type Position struct {
+	// Courier is the decoded courier id. It aliases the payload or the
+	// Decoder's scratch buffer: it is valid until the next Decode and
+	// until the payload is modified. Copy it to keep it.
+	Courier []byte
+	// Lat and Lon are degrees, in [-90, 90] and [-180, 180].
+	Lat, Lon float64
+	// TS is timestamp_ms, the event time in ms since the Unix epoch (> 0).
+	TS int64
+	// Accuracy is accuracy_m in metres when it is a finite number >= 0,
+	// else -1 (absent, null, wrong type, negative or not finite).
+	Accuracy float64
+	// Arrival is arrival_ms (replay lines only), in ms since the Unix
+	// epoch; it is meaningful only when HasArrival is true.
+	Arrival int64
+	// HasArrival reports whether the payload carried an integer
+	// arrival_ms. It is set even when Decode rejects the payload, as long
+	// as the payload is within MaxPayload and is a valid JSON object.
+	HasArrival bool
+}
+
+// Decoder decodes position payloads. It is reusable and not safe for
+// concurrent use; its zero value is ready.
+type Decoder struct {
+	// courier holds an unescaped courier id (one written with escapes);
+	// Position.Courier then aliases it.
+	courier [maxCourier]byte
+	// nest records, per open nesting level of a skipped value, whether it
+	// is an object (bit set) or an array. Kept here rather than on the
+	// stack so no call pays for zeroing it.
+	nest [maxDepth / 64]uint64
+}
+
+// Decode fills p from payload and returns OK or the first rejection reason,
+// checked in the contract's order: TooLarge, MalformedJSON, MissingField,
+// BadCourier, BadCoordinates, BadTimestamp. CourierMismatch and
+// FutureTimestamp need context the payload does not have: see CheckTopic.
+//
+// p is always reset first. On rejection, only p.HasArrival and p.Arrival
+// are meaningful (see Position.HasArrival). Decode never panics. It does
+// not allocate, except to parse an unusual number literal longer than 32
+// bytes with more than 15 significant digits.
+func (d *Decoder) Decode(payload []byte, p *Position) Reason {
+	*p = Position{Accuracy: -1}
+	if len(payload) > MaxPayload {
+		return TooLarge
+	}
+	var f fieldSpans
+	if !d.scanTop(payload, &f) {
+		return MalformedJSON
+	}
+	if v := f[fieldArrival].of(payload); isNumber(v) {
+		if n, ok := parseInt(v); ok {
+			p.Arrival, p.HasArrival = n, true
+		}
+	}
+	for _, k := range [...]field{fieldCourier, fieldLat, fieldLon, fieldTS} {
+		if v := f[k].of(payload); v == nil || v[0] == 'n' {
+			return MissingField
+		}
+	}
+
+	c := f[fieldCourier].of(payload)
+	if c[0] != '"' {
+		return BadCourier
+	}
+	c = c[1 : len(c)-1]
+	if hasBackslash(c) {
+		n, ok := unescapeASCII(d.courier[:], c)
+		if !ok {
+			return BadCourier
+		}
+		c = d.courier[:n]
+	}
+	if !ValidCourier(c) {
+		return BadCourier
+	}
+	p.Courier = c
+
+	var ok bool
+	if p.Lat, ok = parseFinite(f[fieldLat].of(payload)); !ok || p.Lat < -90 || p.Lat > 90 {
+		return BadCoordinates
+	}
+	if p.Lon, ok = parseFinite(f[fieldLon].of(payload)); !ok || p.Lon < -180 || p.Lon > 180 {
+		return BadCoordinates
+	}
+
+	ts := f[fieldTS].of(payload)
+	if !isNumber(ts) {
+		return BadTimestamp
+	}
+	if p.TS, ok = parseInt(ts); !ok || p.TS <= 0 {
+		return BadTimestamp
+	}
+
+	if a, ok := parseFinite(f[fieldAccuracy].of(payload)); ok && a >= 0 {
+		p.Accuracy = a
+	}
+	return OK
+}
+
+// maxCourier is the longest valid courier id, in bytes.
+const maxCourier = 64
+
+// courierByte marks the bytes allowed in a courier id: [A-Za-z0-9._:-].
+var courierByte = func() (t [256]bool) {
+	for c := 'A'; c <= 'Z'; c++ {
+		t[c], t[c+'a'-'A'] = true, true
+	}
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for _, c := range "._:-" {
+		t[c] = true
+	}
+	return t
+}()
+
+// ValidCourier reports whether b is 1–64 chars of [A-Za-z0-9._:-].
+func ValidCourier(b []byte) bool {
+	if len(b) == 0 || len(b) > maxCourier {
+		return false
+	}
+	for _, c := range b {
+		if !courierByte[c] {
+			return false
+		}
+	}
+	return true
+}
