@@ -47,6 +47,12 @@ type Config struct {
 	// ChunkSize is how many inputs the sequencer hands over at a time.
 	// Default 4096.
 	ChunkSize int
+	// OnPosition, when set, is called from the sequencer with every valid
+	// position (duplicates and late ones included: their status is decided
+	// later, by the shards). courier is only valid during the call. The
+	// live service uses it for the courier key-value bucket; it must be
+	// cheap and must not block.
+	OnPosition func(courier []byte, ts int64, lat, lon float64)
 }
 
 // Input is one arrived message.
@@ -175,6 +181,9 @@ func (e *Engine) Push(in *Input) {
 			wm: before, clock: now, off: uint32(len(c.names)), n: uint8(len(p.Courier)),
 		})
 		c.names = append(c.names, p.Courier...)
+		if e.cfg.OnPosition != nil {
+			e.cfg.OnPosition(p.Courier, p.TS, p.Lat, p.Lon)
+		}
 	}
 	if c.inputs++; c.inputs >= e.cfg.ChunkSize {
 		e.Flush()

@@ -111,8 +111,10 @@ func readLines(in io.Reader, fn func(line []byte, n int64)) (int64, error) {
 		}
 		if len(line) > 0 {
 			n++
-			line = bytes.TrimSuffix(bytes.TrimSuffix(line, []byte{'\n'}), []byte{'\r'})
-			if !blank(line) {
+			// A line is what lies between two '\n': a '\r' before one is
+			// part of the payload (JSON whitespace, so it decodes the same).
+			line = bytes.TrimSuffix(line, []byte{'\n'})
+			if len(bytes.TrimSpace(line)) > 0 {
 				fn(line, n)
 			}
 		}
@@ -123,13 +125,4 @@ func readLines(in io.Reader, fn func(line []byte, n int64)) (int64, error) {
 			return n, err
 		}
 	}
-}
-
-func blank(b []byte) bool {
-	for _, c := range b {
-		if c != ' ' && c != '\t' && c != '\r' && c != '\n' {
-			return false
-		}
-	}
-	return true
 }
