@@ -47,12 +47,12 @@ func (c *chunk) reset() {
 	for i := range c.events {
 		c.events[i] = c.events[i][:0]
 		clear(c.out[i]) // drop references to courier names and raw payloads
-		c.out[i] = c.out[i][:0]
+		c.out[i] = trim(c.out[i])
 	}
 	c.names = c.names[:0]
 	c.steps = c.steps[:0]
 	clear(c.recs)
-	c.recs = c.recs[:0]
+	c.recs = trim(c.recs)
 	c.endOfInput = false
 }
 
@@ -70,4 +70,16 @@ func (c *chunk) stepAt(t int64) step {
 
 func sortRecords(rs []result.Record) {
 	sort.Slice(rs, func(i, j int) bool { return result.Less(&rs[i], &rs[j]) })
+}
+
+// keepRecords is the capacity of a record buffer kept between chunks. The
+// firings at a window end can fill one far beyond the usual; such a buffer
+// is let go rather than kept for the next minute's burst.
+const keepRecords = 4096
+
+func trim(rs []result.Record) []result.Record {
+	if cap(rs) > keepRecords {
+		return nil
+	}
+	return rs[:0]
 }

@@ -215,6 +215,19 @@ func (e *Engine) Flush() {
 	e.dispatch(c)
 }
 
+// Sync hands the inputs pushed so far to the shards and waits until the
+// sink has received every result they cause.
+func (e *Engine) Sync() {
+	e.Flush()
+	var held [inFlight]*chunk
+	for i := range held { // every chunk back in the free list: all are done
+		held[i] = <-e.free
+	}
+	for _, c := range held {
+		e.free <- c
+	}
+}
+
 // Close ends the input: the watermark goes to +∞, everything open fires
 // (contract §3, end of a replay), and Close returns once the sink has
 // received every result.
@@ -273,6 +286,8 @@ func (e *Engine) runMerger(sink Sink) {
 		if len(out) > 0 {
 			sink(out)
 		}
+		clear(out)
+		out = trim(out)
 		c.reset()
 		e.free <- c
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/km0/edgeproc/result"
 	"github.com/km0/edgeproc/sessions"
 	"github.com/km0/edgeproc/window"
+	"github.com/uber/h3-go/v4"
 )
 
 // courier is one courier's state. Only its shard's goroutine touches it.
@@ -19,6 +20,18 @@ type courier struct {
 	timer  int64 // when its live timer entry fires
 	timed  bool  // it has a live timer entry
 	gone   bool  // forgotten: its heap entries are stale
+
+	// The last H3 cell computed and its point: a parked courier's windows
+	// end on the same fix, and a cell costs ~1.5 µs.
+	cellLat, cellLon float64
+	cell             h3.Cell
+}
+
+func (c *courier) cellOf(lat, lon float64, res int) h3.Cell {
+	if c.cell == 0 || lat != c.cellLat || lon != c.cellLon {
+		c.cell, c.cellLat, c.cellLon = geo.Cell(lat, lon, res), lat, lon
+	}
+	return c.cell
 }
 
 // shard owns a subset of the couriers.
@@ -182,7 +195,7 @@ func (s *shard) windowFired(w window.Window) {
 		Type: result.Distance, Courier: s.firing.name, EmittedAt: st.clock,
 		Order: result.Order{Seq: st.seq, Phase: 1, At: w.End},
 		Start: w.Start, End: w.End, DistanceM: w.DistanceM, Positions: w.Positions,
-		Stopped: w.DistanceM < s.p.stopped, Cell: geo.Cell(w.Last.Lat, w.Last.Lon, s.p.res),
+		Stopped: w.DistanceM < s.p.stopped, Cell: s.firing.cellOf(w.Last.Lat, w.Last.Lon, s.p.res),
 	})
 }
 
@@ -192,7 +205,7 @@ func (s *shard) sessionFired(ev sessions.Event) {
 	if ev.Kind == sessions.NoSignal {
 		r.Type, r.Order.Rank = result.NoSignal, 1
 		r.Start, r.End, r.Lat, r.Lon = ev.Session.Start, ev.Session.Last, ev.Session.Lat, ev.Session.Lon
-		r.Cell = geo.Cell(r.Lat, r.Lon, s.p.res)
+		r.Cell = s.firing.cellOf(r.Lat, r.Lon, s.p.res)
 		r.EndOfInput = ev.EndOfInput
 	} else {
 		r.Type, r.Order.Rank = result.SignalRestored, 2
