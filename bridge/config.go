@@ -81,6 +81,16 @@ type Config struct {
 	AckTimeout time.Duration
 	// MaxBackoff caps the doubling delay between attempts. Default 5s.
 	MaxBackoff time.Duration
+	// ComputeCell makes the bridge compute the H3 cell (at CellResolution)
+	// of a courier state written with an empty Cell, as UpdatePosition
+	// leaves it. The cell is computed when the entry is written, at most
+	// once per courier per KVInterval plus status changes, never per
+	// position: an H3 lookup costs about 1.5 µs. Default false: the cell is
+	// written as given.
+	ComputeCell bool
+	// CellResolution is the H3 resolution (0..15) used by ComputeCell.
+	// Default 0, so set it with ComputeCell (the contract's default is 9).
+	CellResolution int
 }
 
 // withDefaults returns a copy of c with zero fields set to their defaults.
@@ -151,6 +161,9 @@ func (c Config) Validate() error {
 	}
 	if c.AckTimeout < 0 {
 		return bad("ack_timeout", c.AckTimeout, "must be positive")
+	}
+	if c.ComputeCell && (c.CellResolution < 0 || c.CellResolution > 15) {
+		return bad("cell_resolution", c.CellResolution, "must be 0..15")
 	}
 	if c.MaxBackoff < 0 {
 		return bad("max_backoff", c.MaxBackoff, "must be positive")

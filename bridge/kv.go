@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/km0/edgeproc/geo"
 )
 
 // Courier statuses stored in CourierState.Status.
@@ -123,6 +125,9 @@ func (b *Bridge) flushKV(ctx context.Context, now time.Time, all bool) error {
 	b.kvMu.Unlock()
 
 	for i, cs := range batch {
+		if cs.Cell == "" && b.cfg.ComputeCell {
+			cs.Cell = geo.Cell(cs.Lat, cs.Lon, b.cfg.CellResolution).String()
+		}
 		val, err := json.Marshal(cs)
 		if err != nil {
 			// NaN or Inf coordinates: retrying cannot help.
@@ -169,5 +174,87 @@ func (b *Bridge) requeue(states []CourierState) {
 func (b *Bridge) logKV(msg, courier string, err error) {
 	if ok, suppressed := b.kvLog.allow(); ok {
 		b.log.Warn(msg, "bucket", b.cfg.KVBucket, "courier", courier, "err", err, "suppressed", suppressed)
+	}
+}
+
+// UpdatePosition records a courier's position (event time ts, ms) for the
+// bucket. It is the per-position path, called for every valid position: it
+// does not allocate for a courier already tracked and computes no cell (see
+// Config.ComputeCell). A position no newer than the last one recorded for the
+// courier is ignored, so a late or duplicate position never moves it back; a
+// newer one sets the status to StatusOnline. Writes are coalesced and
+// bounded as for UpdateCourier.
+func (b *Bridge) UpdatePosition(courier []byte, ts int64, lat, lon float64) {
+	if len(courier) == 0 {
+		b.kvRefused.Add(1)
+		return
+	}
+	select {
+	case <-b.closing:
+		return
+	default:
+	}
+	b.kvMu.Lock()
+	e := b.couriers[string(courier)] // no allocation: the compiler special-cases map lookups
+	if e != nil && ts <= e.state.TS {
+		b.kvMu.Unlock()
+		return
+	}
+	if e == nil {
+		if len(b.couriers) >= b.cfg.MaxCouriers {
+			b.kvMu.Unlock()
+			b.kvRefused.Add(1)
+			return
+		}
+		e = &courierEntry{urgent: true}
+		b.couriers[string(courier)] = e
+		e.state.Courier = string(courier)
+	} else if e.state.Status != StatusOnline {
+		e.urgent = true
+	}
+	e.state.Lat, e.state.Lon, e.state.TS, e.state.Cell = lat, lon, ts, ""
+	e.state.Status = StatusOnline
+	e.dirty = true
+	urgent := e.urgent
+	b.kvMu.Unlock()
+	if urgent {
+		b.wakeKV()
+	}
+}
+
+// MarkNoSignal sets a courier's status to StatusNoSignal, with the latest
+// position of its closed session (lastSeen, ms; lat, lon). It is ignored when
+// a newer position of the courier has been recorded meanwhile: results reach
+// the bridge after the positions that follow them, and a courier that is
+// back must stay online.
+func (b *Bridge) MarkNoSignal(courier string, lastSeen int64, lat, lon float64) {
+	b.kvMu.Lock()
+	if e := b.couriers[courier]; e != nil && e.state.TS > lastSeen {
+		b.kvMu.Unlock()
+		return
+	}
+	b.kvMu.Unlock()
+	b.UpdateCourier(CourierState{Courier: courier, Lat: lat, Lon: lon, TS: lastSeen, Status: StatusNoSignal})
+}
+
+// MarkOnline sets the status of a tracked courier to StatusOnline (a
+// signal_restored result). An untracked courier is left alone: its last
+// write came from a position, which is online already.
+func (b *Bridge) MarkOnline(courier string) {
+	b.kvMu.Lock()
+	e := b.couriers[courier]
+	if e == nil || e.state.Status == StatusOnline {
+		b.kvMu.Unlock()
+		return
+	}
+	e.state.Status, e.dirty, e.urgent = StatusOnline, true, true
+	b.kvMu.Unlock()
+	b.wakeKV()
+}
+
+func (b *Bridge) wakeKV() {
+	select {
+	case b.kvWake <- struct{}{}:
+	default: // a wake-up is already pending
 	}
 }

@@ -1,0 +1,65 @@
+package bridge_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/km0/edgeproc/bridge"
+	"github.com/km0/edgeproc/geo"
+	"github.com/km0/edgeproc/internal/testenv"
+)
+
+func TestUpdatePosition_CellComputedAtWriteOnly(t *testing.T) {
+	srv := testenv.StartNATS(t)
+	nc := srv.Connect(t)
+	cfg := bridge.Config{Market: "girona", KVInterval: time.Second, ComputeCell: true, CellResolution: 9}
+	b := mustOpen(t, nc, cfg)
+	courier := []byte("van-3")
+	b.UpdatePosition(courier, 1000, 41.9, 2.8)
+	ts := int64(1000)
+	// An H3 lookup allocates twice: a per-position path without allocations
+	// cannot be computing cells.
+	if n := testing.AllocsPerRun(1000, func() { ts++; b.UpdatePosition(courier, ts, 41.9, 2.8) }); n != 0 {
+		t.Errorf("got %v allocations per position, want 0", n)
+	}
+	cs, _, ok := waitKV(t, nc, b.Config().KVBucket, "van-3", 3*time.Second, func(cs bridge.CourierState) bool { return cs.TS == ts })
+	if !ok {
+		t.Fatalf("latest position never written: got %+v, want TS %d", cs, ts)
+	}
+	want := bridge.CourierState{Courier: "van-3", Lat: 41.9, Lon: 2.8, TS: ts, Cell: geo.Cell(41.9, 2.8, 9).String(), Status: bridge.StatusOnline}
+	if cs != want {
+		t.Errorf("got %+v, want %+v", cs, want)
+	}
+}
+
+func TestUpdatePosition_StatusFollowsEventTime(t *testing.T) {
+	srv := testenv.StartNATS(t)
+	nc := srv.Connect(t)
+	b := mustOpen(t, nc, bridge.Config{Market: "girona", KVInterval: time.Minute})
+	bucket := b.Config().KVBucket
+	steps := []struct {
+		name       string
+		do         func()
+		wantTS     int64
+		wantStatus string
+	}{
+		{"first position", func() { b.UpdatePosition([]byte("c1"), 100, 1, 2) }, 100, bridge.StatusOnline},
+		{"older position ignored", func() { b.UpdatePosition([]byte("c1"), 50, 9, 9) }, 100, bridge.StatusOnline},
+		{"no_signal of the session", func() { b.MarkNoSignal("c1", 100, 1, 2) }, 100, bridge.StatusNoSignal},
+		{"newer position is online", func() { b.UpdatePosition([]byte("c1"), 400, 3, 4) }, 400, bridge.StatusOnline},
+		{"stale no_signal ignored", func() { b.MarkNoSignal("c1", 300, 5, 6) }, 400, bridge.StatusOnline},
+		{"no_signal again", func() { b.MarkNoSignal("c1", 400, 3, 4) }, 400, bridge.StatusNoSignal},
+		{"signal_restored", func() { b.MarkOnline("c1") }, 400, bridge.StatusOnline},
+	}
+	for _, s := range steps {
+		s.do()
+		// Every step here is a status change or a first sight, written at
+		// once; the ignored steps are checked against the previous state.
+		got, _, ok := waitKV(t, nc, bucket, "c1", 2*time.Second, func(cs bridge.CourierState) bool {
+			return cs.TS == s.wantTS && cs.Status == s.wantStatus
+		})
+		if !ok {
+			t.Fatalf("%s: got %+v, want ts %d status %s", s.name, got, s.wantTS, s.wantStatus)
+		}
+	}
+}

@@ -1,0 +1,119 @@
+package engine
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/km0/edgeproc/result"
+)
+
+const t0 = int64(1_700_000_040_000)
+
+type collector struct {
+	mu   sync.Mutex
+	recs []result.Record
+}
+
+func (c *collector) sink(rs []result.Record) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.recs = append(c.recs, rs...)
+}
+
+func (c *collector) ofType(t result.Type) []result.Record {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []result.Record
+	for _, r := range c.recs {
+		if r.Type == t {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func liveConfig() Config {
+	return Config{
+		Market: "m", Size: 60_000, Slide: 60_000, Gap: 60_000, ToleratedDelay: 10_000,
+		IdleTimeout: 30_000, MaxFutureSkew: 60_000, RestoreTTL: 3600_000, H3Resolution: 9,
+		Topic: "km0/m/positions/+", Shards: 2,
+	}
+}
+
+func input(courier string, ts, arrival int64) *Input {
+	return &Input{
+		Payload: []byte(fmt.Sprintf(`{"courier":%q,"lat":41,"lon":2,"timestamp_ms":%d}`, courier, ts)),
+		Topic:   "km0/m/positions/" + courier, Arrival: arrival, HasArrival: true,
+	}
+}
+
+func TestEngine_StopKeepsWindowsOpen(t *testing.T) {
+	var c collector
+	e := New(liveConfig(), c.sink)
+	e.Push(input("a", t0, t0))
+	e.Stop()
+	if len(c.recs) != 0 {
+		t.Fatalf("got %d records after Stop, want none: Stop is not the end of input", len(c.recs))
+	}
+}
+
+func TestEngine_TickAdvancesIdleWatermark(t *testing.T) {
+	var c collector
+	e := New(liveConfig(), c.sink)
+	e.Push(input("a", t0, t0))
+	e.Sync()
+	// wm = max_ts + (τ - arrival) - delay reaches t0+gap at τ = t0+gap+delay.
+	e.Tick(t0 + 69_999)
+	e.Sync()
+	if n := len(c.ofType(result.NoSignal)); n != 0 {
+		t.Fatalf("got %d no_signal 1 ms early, want 0", n)
+	}
+	e.Tick(t0 + 70_000)
+	e.Sync()
+	ns := c.ofType(result.NoSignal)
+	if len(ns) != 1 || ns[0].EmittedAt != t0+70_000 || ns[0].EndOfInput {
+		t.Fatalf("got %+v, want one no_signal emitted at the tick", ns)
+	}
+	e.Stop()
+}
+
+func TestEngine_TopicCourierMismatch(t *testing.T) {
+	var c collector
+	e := New(liveConfig(), c.sink)
+	in := input("a", t0, t0)
+	in.Topic = "km0/m/positions/b"
+	e.Push(in)
+	e.Sync()
+	rj := c.ofType(result.Rejected)
+	if len(rj) != 1 || rj[0].Reason != "courier_mismatch" {
+		t.Fatalf("got %+v, want one courier_mismatch", rj)
+	}
+	e.Stop()
+}
+
+func TestEngine_OnPositionSeesValidPositionsOnly(t *testing.T) {
+	var seen []string
+	cfg := liveConfig()
+	cfg.OnPosition = func(courier []byte, ts int64, lat, lon float64) { seen = append(seen, string(courier)) }
+	e := New(cfg, func([]result.Record) {})
+	e.Push(input("a", t0, t0))
+	e.Push(&Input{Payload: []byte(`{"courier":"b"}`), Topic: "km0/m/positions/b", Arrival: t0, HasArrival: true})
+	e.Push(input("c", t0, t0))
+	e.Stop()
+	if fmt.Sprint(seen) != "[a c]" {
+		t.Fatalf("got %v, want [a c]", seen)
+	}
+}
+
+func TestEngine_StatsCount(t *testing.T) {
+	e := New(liveConfig(), func([]result.Record) {})
+	e.Push(input("a", t0, t0))
+	e.Push(input("a", t0, t0)) // duplicate
+	e.Push(&Input{Payload: []byte(`nope`), Arrival: t0, HasArrival: true})
+	e.Stop()
+	st := e.Stats()
+	if st.Received != 3 || st.Accepted != 2 || st.Duplicates != 1 || st.Rejected["malformed_json"] != 1 {
+		t.Fatalf("got %+v", st)
+	}
+}

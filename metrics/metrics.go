@@ -1,0 +1,199 @@
+// Package metrics exposes edgeproc's per-market counters to Prometheus.
+//
+// A Collector reads each market's Snapshot when it is scraped, instead of
+// updating Prometheus counters on the per-position path: the engine, the
+// bridge and the MQTT source already keep atomic counters, and a scrape
+// every few seconds costs far less than an extra atomic add per position.
+// Register the Collector on a registry you own (prometheus.NewRegistry);
+// this package never touches the global default registry.
+//
+// Every series carries a "market" label. Metric names start with
+// "edgeproc_"; counters end in "_total"; times are in milliseconds where
+// the name says _ms and in seconds where it says _seconds.
+package metrics
+
+import (
+	"sort"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/km0/edgeproc/bridge"
+	"github.com/km0/edgeproc/engine"
+	"github.com/km0/edgeproc/internal/tmath"
+	"github.com/km0/edgeproc/mqtt"
+)
+
+// Snapshot is one market's state at scrape time. A part whose Has flag is
+// false (not started yet, for example a bridge still waiting for NATS) is
+// left out of the scrape, except that its connection gauge reads 0.
+type Snapshot struct {
+	Engine    engine.Stats
+	HasEngine bool
+	Bridge    bridge.Stats
+	HasBridge bool
+	MQTT      mqtt.Stats
+	HasMQTT   bool
+	// QueueDepth is the number of received messages waiting for the
+	// engine, out of QueueCapacity.
+	QueueDepth, QueueCapacity int
+	// StreamReady reports whether the market's JetStream stream exists (the
+	// bridge opened it).
+	StreamReady bool
+}
+
+// Market is one market as the Collector sees it.
+type Market struct {
+	// Name is the market's name, the value of the "market" label.
+	Name string
+	// Snapshot returns the market's current state. It is called once per
+	// scrape, possibly concurrently with the market's own goroutines, so it
+	// must be safe for that.
+	Snapshot func() Snapshot
+}
+
+// Collector is a prometheus.Collector over a fixed set of markets.
+type Collector struct {
+	markets []Market
+	now     func() time.Time
+}
+
+var _ prometheus.Collector = (*Collector)(nil)
+
+// NewCollector returns a Collector of markets. now is the wall clock the
+// watermark lag is measured against; nil means time.Now.
+func NewCollector(now func() time.Time, markets ...Market) *Collector {
+	if now == nil {
+		now = time.Now
+	}
+	return &Collector{markets: append([]Market(nil), markets...), now: now}
+}
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc("edgeproc_"+name, help, append([]string{"market"}, labels...), nil)
+}
+
+var (
+	dReceived   = desc("positions_received_total", "Messages handed to the engine, valid or not, redeliveries included.")
+	dAccepted   = desc("positions_accepted_total", "Valid positions (duplicates and late ones included).")
+	dRejected   = desc("positions_rejected_total", "Rejected inputs, by contract reason.", "reason")
+	dDuplicates = desc("positions_duplicate_total", "Exact duplicate positions ignored (QoS 1 redelivery).")
+	dLate       = desc("positions_late_total", "Positions late for an operator (distance or session).", "operator")
+	dResults    = desc("results_total", "Records emitted, by type (rejected included).", "type")
+	dCouriers   = desc("couriers", "Couriers with window or session state.")
+	dWatermark  = desc("watermark_ms", "Event-time watermark, ms since the Unix epoch; absent before the first position.")
+	dLag        = desc("watermark_lag_seconds", "Wall clock minus watermark, seconds; absent before the first position.")
+	dQueue      = desc("ingest_queue_depth", "Received messages waiting for the engine.")
+	dQueueCap   = desc("ingest_queue_capacity", "Capacity of the ingest queue; at capacity, MQTT intake blocks.")
+
+	dPublished  = desc("bridge_published_total", "Results accepted for publishing to JetStream.")
+	dAcked      = desc("bridge_acked_total", "Results acknowledged by JetStream, duplicates included.")
+	dBDup       = desc("bridge_duplicates_total", "Acks reporting the result's key as already stored.")
+	dBErrors    = desc("bridge_errors_total", "Failed or timed-out publish attempts (each is retried).")
+	dBRetries   = desc("bridge_retries_total", "Publish attempts after a result's first.")
+	dPending    = desc("bridge_pending", "Results awaiting their JetStream ack.")
+	dKVWrites   = desc("kv_writes_total", "Courier states written to the key-value bucket.")
+	dKVErrors   = desc("kv_errors_total", "Failed courier-state writes (retried).")
+	dKVRefused  = desc("kv_refused_total", "Courier-state updates dropped: too many couriers tracked.")
+	dNATSUp     = desc("nats_connected", "1 when the NATS connection is up.")
+	dStreamUp   = desc("stream_ready", "1 when the market's JetStream stream exists.")
+	dMQTTUp     = desc("mqtt_connected", "1 when the MQTT connection is up.")
+	dMQTTRecv   = desc("mqtt_received_total", "PUBLISH packets received, redeliveries included.")
+	dMQTTRedel  = desc("mqtt_redelivered_total", "Received messages flagged as redelivered by the broker.")
+	dMQTTOut    = desc("mqtt_outstanding", "Messages received and not yet acknowledged.")
+	dMQTTReconn = desc("mqtt_reconnects_total", "MQTT reconnections after the first connection.")
+	dMQTTLost   = desc("mqtt_sessions_lost_total", "Reconnections on which the broker had lost our session.")
+)
+
+var allDescs = []*prometheus.Desc{
+	dReceived, dAccepted, dRejected, dDuplicates, dLate, dResults, dCouriers, dWatermark, dLag, dQueue, dQueueCap,
+	dPublished, dAcked, dBDup, dBErrors, dBRetries, dPending, dKVWrites, dKVErrors, dKVRefused, dNATSUp, dStreamUp,
+	dMQTTUp, dMQTTRecv, dMQTTRedel, dMQTTOut, dMQTTReconn, dMQTTLost,
+}
+
+// Describe sends every metric description.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range allDescs {
+		ch <- d
+	}
+}
+
+// Collect reads every market's snapshot and sends its metrics.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	now := c.now()
+	for _, m := range c.markets {
+		c.collect(ch, m.Name, m.Snapshot(), now)
+	}
+}
+
+func (c *Collector) collect(ch chan<- prometheus.Metric, name string, s Snapshot, now time.Time) {
+	counter := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, append([]string{name}, labels...)...)
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append([]string{name}, labels...)...)
+	}
+	if s.HasEngine {
+		e := s.Engine
+		counter(dReceived, float64(e.Received))
+		counter(dAccepted, float64(e.Accepted))
+		for _, k := range sortedKeys(e.Rejected) {
+			counter(dRejected, float64(e.Rejected[k]), k)
+		}
+		counter(dDuplicates, float64(e.Duplicates))
+		counter(dLate, float64(e.LateDistance), "distance")
+		counter(dLate, float64(e.LateSession), "session")
+		for _, k := range sortedKeys(e.Results) {
+			counter(dResults, float64(e.Results[k]), k)
+		}
+		gauge(dCouriers, float64(e.Couriers))
+		if e.Watermark != tmath.Never && e.Watermark != tmath.Forever {
+			gauge(dWatermark, float64(e.Watermark))
+			gauge(dLag, float64(now.UnixMilli()-e.Watermark)/1000)
+		}
+	}
+	gauge(dQueue, float64(s.QueueDepth))
+	gauge(dQueueCap, float64(s.QueueCapacity))
+
+	if s.HasBridge {
+		b := s.Bridge
+		counter(dPublished, float64(b.Published))
+		counter(dAcked, float64(b.Acked))
+		counter(dBDup, float64(b.Duplicates))
+		counter(dBErrors, float64(b.Errors))
+		counter(dBRetries, float64(b.Retries))
+		gauge(dPending, float64(b.Pending))
+		counter(dKVWrites, float64(b.KVWrites))
+		counter(dKVErrors, float64(b.KVErrors))
+		counter(dKVRefused, float64(b.KVRefused))
+	}
+	gauge(dNATSUp, bool01(s.HasBridge && s.Bridge.Connected))
+	gauge(dStreamUp, bool01(s.StreamReady))
+
+	gauge(dMQTTUp, bool01(s.HasMQTT && s.MQTT.Connected))
+	if s.HasMQTT {
+		q := s.MQTT
+		counter(dMQTTRecv, float64(q.Received))
+		counter(dMQTTRedel, float64(q.Redelivered))
+		gauge(dMQTTOut, float64(q.Outstanding))
+		counter(dMQTTReconn, float64(q.Reconnects))
+		counter(dMQTTLost, float64(q.SessionsLost))
+	}
+}
+
+func bool01(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// sortedKeys gives a stable series order, which keeps scrapes diffable.
+func sortedKeys(m map[string]int64) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,273 @@
+// Package service is edgeproc's live deployment (`edgeproc run`): for each
+// configured market, an MQTT persistent session feeds the event-time engine,
+// whose results go to the market's JetStream stream and courier bucket.
+//
+// Per market the data path is
+//
+//	MQTT source ─handler─▶ bounded queue (1024) ─▶ ingest goroutine ─▶ engine ─sink─▶ bridge ─▶ JetStream
+//
+// One ingest goroutine owns a market's engine: it pushes each message with
+// its arrival time (wall clock at receipt, never decreasing) and a
+// per-process sequence number, acks it, flushes the engine whenever the
+// queue is momentarily empty, and applies the idle-source rule on a 100 ms
+// ticker. Nothing is unbounded: when NATS is slow or away the bridge's
+// in-flight bound blocks the sink, the engine blocks Push, the queue fills,
+// the MQTT handler blocks, and the broker keeps the rest in the session
+// queue (contract §7).
+//
+// Markets are independent: each has its own engine and watermark, MQTT
+// session, stream, subjects and bucket, so a quiet market never holds back
+// another. Markets on the same NATS URL share one connection. Markets
+// whose http.listen addresses are equal share one HTTP listener, which
+// serves the metrics of those markets and their readiness; markets on
+// different addresses get one listener each.
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/km0/edgeproc/config"
+	"github.com/km0/edgeproc/engine"
+	"github.com/km0/edgeproc/metrics"
+)
+
+// DefaultDrainTimeout bounds the shutdown wait for outstanding JetStream
+// acks (Deps.DrainTimeout).
+const DefaultDrainTimeout = 10 * time.Second
+
+// Deps are what Run gets from its caller rather than from the
+// configuration. Every field is optional.
+type Deps struct {
+	// Log receives the service's logs. Default: discarded.
+	Log *slog.Logger
+	// Registry, when set, also gets every market's metrics collector, so
+	// the caller can gather them itself. Each HTTP listener serves its own
+	// registry either way.
+	Registry prometheus.Registerer
+	// NATS is the connection for markets whose nats.url is "embedded". Run
+	// does not close it. Other URLs get a connection of their own, one per
+	// distinct URL and credentials, that reconnects forever.
+	NATS *nats.Conn
+	// MQTTURL is the broker for markets whose mqtt.url is "embedded", e.g.
+	// "mqtt://127.0.0.1:18830" of the caller's in-process broker.
+	MQTTURL string
+	// Clock is the processing clock that stamps arrivals and drives the
+	// idle rule. Default time.Now.
+	Clock func() time.Time
+	// Record, when set, is called by a market's ingest goroutine with every
+	// input just before it is pushed, arrival and sequence number filled in
+	// (for tests: a replay of the recorded inputs must give the same
+	// results). It must not modify or retain in.Payload beyond the call
+	// unless it copies it; it blocks the market while it runs.
+	Record func(market string, in engine.Input)
+	// Shards is the number of shard goroutines per market's engine.
+	// Default (0) runtime.NumCPU().
+	Shards int
+	// DrainTimeout bounds the shutdown wait for acks. Default 10s.
+	DrainTimeout time.Duration
+	// Listening, when set, is called once per HTTP listener with its bound
+	// address, before the markets start. Useful with a ":0" port.
+	Listening func(addr net.Addr)
+}
+
+// Run runs every market of cfgs until ctx ends, then shuts down gracefully
+// (intake stopped, engines drained, JetStream acks awaited up to
+// Deps.DrainTimeout) and returns nil. It returns an error at once when the
+// configurations clash (two markets sharing a name, an MQTT session, a
+// stream, a state dir, or an HTTP port under different addresses), when an
+// "embedded" URL has no server in deps, when an HTTP listener cannot bind,
+// or when a NATS URL is unusable; and an error after shutdown if a market
+// could not be drained cleanly.
+func Run(ctx context.Context, cfgs []config.Config, deps Deps) error {
+	if len(cfgs) == 0 {
+		return errors.New("service: no market configured")
+	}
+	if err := checkClashes(cfgs); err != nil {
+		return fmt.Errorf("service: %w", err)
+	}
+	if deps.Log == nil {
+		deps.Log = slog.New(slog.DiscardHandler)
+	}
+	if deps.Clock == nil {
+		deps.Clock = time.Now
+	}
+	if deps.DrainTimeout <= 0 {
+		deps.DrainTimeout = DefaultDrainTimeout
+	}
+
+	conns, err := connectNATS(cfgs, &deps)
+	defer func() {
+		for _, nc := range conns {
+			nc.Close()
+		}
+	}()
+	if err != nil {
+		return err
+	}
+
+	markets := make([]*market, len(cfgs))
+	for i, c := range cfgs {
+		nc := deps.NATS
+		if c.NATS.URL != Embedded {
+			nc = conns[natsKey(c)]
+		}
+		markets[i] = newMarket(c, nc, &deps)
+	}
+
+	servers, err := startHTTP(markets, &deps)
+	if err != nil {
+		return err
+	}
+
+	var wg sync.WaitGroup
+	errs := make([]error, len(markets))
+	for i, m := range markets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = m.run(ctx, deps.DrainTimeout)
+		}()
+	}
+	wg.Wait()
+
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, s := range servers {
+		errs = append(errs, s.Shutdown(sctx))
+	}
+	return errors.Join(errs...)
+}
+
+func natsKey(c config.Config) string { return c.NATS.URL + "\x00" + c.NATS.CredsEnv }
+
+// connectNATS opens one connection per distinct URL and credentials. They
+// reconnect forever and also retry the first connection, so the service
+// starts (not ready) while NATS is down.
+func connectNATS(cfgs []config.Config, deps *Deps) (map[string]*nats.Conn, error) {
+	conns := map[string]*nats.Conn{}
+	for _, c := range cfgs {
+		if c.NATS.URL == Embedded {
+			if deps.NATS == nil {
+				return conns, fmt.Errorf("service: market %s: nats.url is %q but no NATS connection was provided", c.Market, Embedded)
+			}
+			continue
+		}
+		k := natsKey(c)
+		if conns[k] != nil {
+			continue
+		}
+		log := deps.Log.With("nats", c.NATS.URL)
+		opts := []nats.Option{
+			nats.Name("edgeproc"),
+			nats.MaxReconnects(-1),
+			nats.ReconnectWait(250 * time.Millisecond),
+			nats.RetryOnFailedConnect(true),
+			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("nats disconnected", "err", err) }),
+			nats.ReconnectHandler(func(*nats.Conn) { log.Info("nats reconnected") }),
+		}
+		if creds := c.NATS.Creds(); creds != "" {
+			opts = append(opts, nats.UserCredentialBytes([]byte(creds)))
+		}
+		nc, err := nats.Connect(c.NATS.URL, opts...)
+		if err != nil {
+			return conns, fmt.Errorf("service: market %s: connect to nats %s: %w", c.Market, c.NATS.URL, err)
+		}
+		conns[k] = nc
+	}
+	for _, c := range cfgs {
+		if c.MQTT.URL == Embedded && deps.MQTTURL == "" {
+			return conns, fmt.Errorf("service: market %s: mqtt.url is %q but no broker URL was provided", c.Market, Embedded)
+		}
+	}
+	return conns, nil
+}
+
+// startHTTP binds one listener per distinct http.listen address and serves
+// /metrics, /healthz and /readyz for the markets on it.
+func startHTTP(markets []*market, deps *Deps) ([]*http.Server, error) {
+	groups := map[string][]*market{}
+	var addrs []string
+	for _, m := range markets {
+		a := m.cfg.HTTP.Listen
+		if groups[a] == nil {
+			addrs = append(addrs, a)
+		}
+		groups[a] = append(groups[a], m)
+	}
+	sort.Strings(addrs)
+	var servers []*http.Server
+	fail := func(err error) ([]*http.Server, error) {
+		for _, s := range servers {
+			_ = s.Close()
+		}
+		return nil, err
+	}
+	for _, addr := range addrs {
+		ms := groups[addr]
+		reg := prometheus.NewRegistry()
+		var mm []metrics.Market
+		for _, m := range ms {
+			mm = append(mm, metrics.Market{Name: m.cfg.Market, Snapshot: m.snapshot})
+		}
+		col := metrics.NewCollector(deps.Clock, mm...)
+		reg.MustRegister(col, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		if deps.Registry != nil {
+			if err := deps.Registry.Register(col); err != nil {
+				return fail(fmt.Errorf("service: register metrics of %s: %w", addr, err))
+			}
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fail(fmt.Errorf("service: http listen %s: %w", addr, err))
+		}
+		if deps.Listening != nil {
+			deps.Listening(ln.Addr())
+		}
+		srv := &http.Server{Handler: handler(reg, ms), ReadHeaderTimeout: 5 * time.Second}
+		servers = append(servers, srv)
+		go func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				deps.Log.Error("http server stopped", "addr", addr, "err", err)
+			}
+		}()
+		deps.Log.Info("http listening", "addr", ln.Addr().String())
+	}
+	return servers, nil
+}
+
+// handler serves the operations endpoints of markets.
+func handler(reg *prometheus.Registry, markets []*market) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		var notReady []string
+		for _, m := range markets {
+			if !m.ready() {
+				notReady = append(notReady, m.cfg.Market)
+			}
+		}
+		if len(notReady) > 0 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "not ready: %v (needs MQTT and NATS connected and the stream created)\n", notReady)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	return mux
+}
