@@ -36,10 +36,16 @@ type chunk struct {
 	endOfInput bool
 	recs       []result.Record   // the sequencer's own (rejected inputs)
 	out        [][]result.Record // by shard
+
+	// A checkpoint barrier: the sequencer's header, each shard's couriers,
+	// and who gets the snapshot once the chunk's results are out.
+	checkpoint func([]byte)
+	header     []byte
+	snaps      [][]byte // by shard
 }
 
 func newChunk(shards int) *chunk {
-	return &chunk{events: make([][]event, shards), out: make([][]result.Record, shards)}
+	return &chunk{events: make([][]event, shards), out: make([][]result.Record, shards), snaps: make([][]byte, shards)}
 }
 
 func (c *chunk) reset() {
@@ -54,6 +60,12 @@ func (c *chunk) reset() {
 	clear(c.recs)
 	c.recs = trim(c.recs)
 	c.endOfInput = false
+	if c.checkpoint != nil {
+		c.checkpoint = nil
+		for i := range c.snaps {
+			c.snaps[i] = nil // a snapshot is large and rare: do not keep its buffers
+		}
+	}
 }
 
 // stepAt returns the step at which the watermark first reached t.

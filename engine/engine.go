@@ -288,6 +288,9 @@ func (e *Engine) runMerger(sink Sink) {
 		}
 		clear(out)
 		out = trim(out)
+		if c.checkpoint != nil {
+			c.checkpoint(c.snapshot())
+		}
 		c.reset()
 		e.free <- c
 	}

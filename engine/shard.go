@@ -77,6 +77,9 @@ func (s *shard) run() {
 			s.apply(&c.events[s.id][i])
 		}
 		s.advance(c.wm)
+		if c.checkpoint != nil {
+			c.snaps[s.id] = s.appendState(nil)
+		}
 		if c.endOfInput {
 			s.advance(tmath.Forever)
 		}

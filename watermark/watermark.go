@@ -90,3 +90,23 @@ func (w *Watermark) raise(v int64) bool {
 	w.wm = v
 	return true
 }
+
+// State is a Watermark's state, for checkpoints.
+type State struct {
+	WM, MaxTS, Clock, MaxArrival, Last int64
+	HasClock, HasMaxArrival, HasLast   bool
+}
+
+// State returns w's state.
+func (w *Watermark) State() State {
+	return State{
+		WM: w.wm, MaxTS: w.maxTS, Clock: w.clock, MaxArrival: w.maxArrival, Last: w.last,
+		HasClock: w.hasClock, HasMaxArrival: w.hasMaxArr, HasLast: w.hasLast,
+	}
+}
+
+// Restore sets w's state; the configuration stays w's own.
+func (w *Watermark) Restore(s State) {
+	w.wm, w.maxTS, w.clock, w.maxArrival, w.last = s.WM, s.MaxTS, s.Clock, s.MaxArrival, s.Last
+	w.hasClock, w.hasMaxArr, w.hasLast = s.HasClock, s.HasMaxArrival, s.HasLast
+}

@@ -1,0 +1,173 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/km0/edgeproc/internal/tmath"
+	"github.com/km0/edgeproc/internal/wire"
+	"github.com/km0/edgeproc/watermark"
+)
+
+// SnapshotVersion is the format version of Checkpoint's snapshots. A
+// snapshot of another version is refused, never misread.
+const SnapshotVersion = 1
+
+var snapshotMagic = []byte("EDGEPROC-STATE\n")
+
+var (
+	// ErrSnapshotVersion is returned by Restore for a snapshot written in a
+	// format this build does not know.
+	ErrSnapshotVersion = errors.New("unsupported snapshot format version")
+	// ErrSnapshotConfig is returned by Restore for a snapshot taken under
+	// another market or another window, delay or filter configuration: its
+	// state would mean something else now.
+	ErrSnapshotConfig = errors.New("snapshot taken with another configuration")
+	// ErrSnapshotCorrupt is returned for a snapshot that does not decode.
+	ErrSnapshotCorrupt = errors.New("corrupt snapshot")
+)
+
+// Checkpoint takes a consistent snapshot of the engine after every input
+// pushed so far: a barrier travels through the shard queues behind those
+// inputs, each shard serialises its couriers when the barrier reaches it,
+// and done receives the snapshot, from the merger goroutine, once the sink
+// has received every result of those inputs. Intake goes on meanwhile.
+//
+// The snapshot holds state by courier, not by shard: Restore accepts it
+// under any shard count. tag is stored in it and returned by Restore (the
+// live service stores the write-ahead-log index the snapshot reflects).
+func (e *Engine) Checkpoint(tag uint64, done func(snapshot []byte)) {
+	c := e.chunk()
+	e.cur = nil
+	c.wm = e.wm.Current()
+	c.checkpoint = done
+	c.header = e.appendHeader(c.header[:0], tag)
+	e.dispatch(c)
+}
+
+// fingerprint lists the configuration a snapshot's state depends on.
+func (cfg *Config) fingerprint() []int64 {
+	return []int64{
+		cfg.Size, cfg.Slide, cfg.Gap, cfg.ToleratedDelay, cfg.RestoreTTL,
+		int64(math.Float64bits(cfg.Filter.MinMoveM)), int64(math.Float64bits(cfg.Filter.MaxSpeedKmh)),
+	}
+}
+
+func (e *Engine) appendHeader(b []byte, tag uint64) []byte {
+	b = append(b, snapshotMagic...)
+	b = wire.AppendUint(b, SnapshotVersion)
+	b = wire.AppendString(b, e.cfg.Market)
+	for _, v := range e.cfg.fingerprint() {
+		b = wire.AppendInt(b, v)
+	}
+	b = wire.AppendUint(b, tag)
+	b = wire.AppendInt(b, e.items)
+	w := e.wm.State()
+	for _, v := range []int64{w.WM, w.MaxTS, w.Clock, w.MaxArrival, w.Last} {
+		b = wire.AppendInt(b, v)
+	}
+	for _, v := range []bool{w.HasClock, w.HasMaxArrival, w.HasLast} {
+		b = wire.AppendBool(b, v)
+	}
+	return b
+}
+
+// appendState appends the shard's couriers: their count, then each one.
+func (s *shard) appendState(b []byte) []byte {
+	b = wire.AppendUint(b, uint64(len(s.couriers)))
+	for _, c := range s.couriers {
+		b = wire.AppendString(b, c.name)
+		b = wire.AppendInt(b, c.latest)
+		b = c.dist.AppendState(b)
+		b = c.sess.AppendState(b)
+	}
+	return b
+}
+
+// snapshot assembles a checkpoint chunk's parts.
+func (c *chunk) snapshot() []byte {
+	n := len(c.header)
+	for _, s := range c.snaps {
+		n += len(s)
+	}
+	b := make([]byte, 0, n)
+	b = append(b, c.header...)
+	for _, s := range c.snaps {
+		b = append(b, s...)
+	}
+	return b
+}
+
+// Restore starts an engine from a snapshot taken by Checkpoint, under cfg
+// (whose shard count may differ from the snapshot's), and returns the
+// snapshot's tag.
+func Restore(cfg Config, sink Sink, snapshot []byte) (*Engine, uint64, error) {
+	r := wire.NewReader(snapshot)
+	if len(snapshot) < len(snapshotMagic) || string(snapshot[:len(snapshotMagic)]) != string(snapshotMagic) {
+		return nil, 0, fmt.Errorf("%w: not an edgeproc snapshot", ErrSnapshotCorrupt)
+	}
+	r = wire.NewReader(snapshot[len(snapshotMagic):])
+	if v := r.Uint(); r.Err() == nil && v != SnapshotVersion {
+		return nil, 0, fmt.Errorf("%w: version %d, this edgeproc reads version %d", ErrSnapshotVersion, v, SnapshotVersion)
+	}
+	if m := r.String(); r.Err() == nil && m != cfg.Market {
+		return nil, 0, fmt.Errorf("%w: market %q, configured %q", ErrSnapshotConfig, m, cfg.Market)
+	}
+	names := []string{"windows.size", "windows.slide", "windows.gap", "windows.tolerated_delay", "windows.restore_ttl", "distance.min_move_m", "distance.max_speed_kmh"}
+	for i, want := range cfg.fingerprint() {
+		if got := r.Int(); r.Err() == nil && got != want {
+			return nil, 0, fmt.Errorf("%w: %s differs (snapshot %d, configured %d); restore the old configuration or start from an empty state directory", ErrSnapshotConfig, names[i], got, want)
+		}
+	}
+	tag := r.Uint()
+	items := r.Int()
+	var w watermark.State
+	w.WM, w.MaxTS, w.Clock, w.MaxArrival, w.Last = r.Int(), r.Int(), r.Int(), r.Int(), r.Int()
+	w.HasClock, w.HasMaxArrival, w.HasLast = r.Bool(), r.Bool(), r.Bool()
+	if err := r.Err(); err != nil {
+		return nil, 0, fmt.Errorf("%w: header: %v", ErrSnapshotCorrupt, err)
+	}
+	if items < 0 {
+		return nil, 0, fmt.Errorf("%w: negative input count", ErrSnapshotCorrupt)
+	}
+
+	e := New(cfg, sink)
+	e.items = items
+	e.wm.Restore(w)
+	// The shard goroutines touch their state only once a chunk arrives:
+	// filling it here, before the first dispatch, is ordered by the channel.
+	for _, s := range e.shards {
+		s.wm = w.WM
+		s.stats.watermark.Store(w.WM)
+	}
+	for r.Len() > 0 && r.Err() == nil {
+		n := r.Count(4)
+		for i := 0; i < n && r.Err() == nil; i++ {
+			c := &courier{name: r.String(), latest: r.Int(), timer: tmath.Never}
+			if err := c.dist.ReadState(e.params.spec, e.params.filter, r); err != nil {
+				e.Stop()
+				return nil, 0, fmt.Errorf("%w: courier %q: %v", ErrSnapshotCorrupt, c.name, err)
+			}
+			if err := c.sess.ReadState(r); err != nil {
+				e.Stop()
+				return nil, 0, fmt.Errorf("%w: courier %q: %v", ErrSnapshotCorrupt, c.name, err)
+			}
+			s := e.shards[shardOf([]byte(c.name), len(e.shards))]
+			if _, dup := s.couriers[c.name]; dup || r.Err() != nil {
+				e.Stop()
+				return nil, 0, fmt.Errorf("%w: courier %q twice", ErrSnapshotCorrupt, c.name)
+			}
+			s.couriers[c.name] = c
+			s.schedule(c)
+		}
+	}
+	if err := r.Err(); err != nil {
+		e.Stop()
+		return nil, 0, fmt.Errorf("%w: %v", ErrSnapshotCorrupt, err)
+	}
+	for _, s := range e.shards {
+		s.stats.couriers.Store(int64(len(s.couriers)))
+	}
+	return e, tag, nil
+}

@@ -1,0 +1,164 @@
+package engine
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/km0/edgeproc/fleet"
+	"github.com/km0/edgeproc/result"
+)
+
+func encode(rs []result.Record) []byte {
+	var b []byte
+	for i := range rs {
+		b = rs[i].AppendJSON(b)
+		b = append(b, '\n')
+	}
+	return b
+}
+
+func runAll(cfg Config, ins []Input) []byte {
+	var out []byte
+	e := New(cfg, func(rs []result.Record) { out = append(out, encode(rs)...) })
+	for i := range ins {
+		e.Push(&ins[i])
+	}
+	e.Close()
+	return out
+}
+
+func smallFleet(seed int64) []Input {
+	f := fleet.New(fleet.Config{Couriers: 25, Duration: 20 * time.Minute, Seed: seed, DuplicateRate: 0.02, BadRate: 0.01, TunnelFraction: 0.5, TunnelRate: 4})
+	var ins []Input
+	for e, ok := f.Next(); ok; e, ok = f.Next() {
+		// Half the inputs carry no arrival of their own, as replay lines
+		// without arrival_ms.
+		in := Input{Payload: fleet.AppendJSON(nil, e, false), Arrival: e.Arrival, HasArrival: e.TS%2 == 0, Line: int64(len(ins) + 1)}
+		ins = append(ins, in)
+	}
+	return ins
+}
+
+// TestCheckpoint_RestoreContinuesExactly cuts a run at random inputs,
+// checkpoints, restores under another shard count, and requires the joined
+// output to be byte-identical to an uninterrupted run.
+func TestCheckpoint_RestoreContinuesExactly(t *testing.T) {
+	for seed := int64(1); seed <= 4; seed++ {
+		ins := smallFleet(seed)
+		cfg := benchConfig(2)
+		cfg.IdleTimeout = 20_000
+		want := runAll(cfg, ins)
+		r := rand.New(rand.NewPCG(uint64(seed), 3))
+		for trial := 0; trial < 3; trial++ {
+			cut := r.IntN(len(ins))
+			var got []byte
+			sink := func(rs []result.Record) { got = append(got, encode(rs)...) }
+			a := New(cfg, sink)
+			for i := range ins[:cut] {
+				a.Push(&ins[i])
+			}
+			var snap []byte
+			a.Checkpoint(uint64(cut), func(s []byte) { snap = s })
+			a.Stop()
+			if snap == nil {
+				t.Fatalf("seed %d: no snapshot after Stop", seed)
+			}
+			cfg2 := cfg
+			cfg2.Shards = 1 + r.IntN(5)
+			b, tag, err := Restore(cfg2, sink, snap)
+			if err != nil {
+				t.Fatalf("seed %d cut %d: restore: %v", seed, cut, err)
+			}
+			if tag != uint64(cut) {
+				t.Fatalf("got tag %d, want %d", tag, cut)
+			}
+			for i := cut; i < len(ins); i++ {
+				b.Push(&ins[i])
+			}
+			b.Close()
+			if !bytes.Equal(got, want) {
+				t.Fatalf("seed %d cut %d/%d shards %d→%d: output differs from an uninterrupted run", seed, cut, len(ins), cfg.Shards, cfg2.Shards)
+			}
+		}
+	}
+}
+
+func snapshotOf(t *testing.T, cfg Config, ins []Input) []byte {
+	t.Helper()
+	e := New(cfg, func([]result.Record) {})
+	for i := range ins {
+		e.Push(&ins[i])
+	}
+	var snap []byte
+	e.Checkpoint(7, func(s []byte) { snap = s })
+	e.Stop()
+	return snap
+}
+
+func TestRestore_RefusesForeignSnapshots(t *testing.T) {
+	cfg := benchConfig(2)
+	ins := smallFleet(9)[:2000]
+	snap := snapshotOf(t, cfg, ins)
+	future := append([]byte(nil), snap...)
+	future[len(snapshotMagic)] = SnapshotVersion + 1 // one-byte uvarint
+	other := cfg
+	other.Gap++
+	cases := []struct {
+		name string
+		cfg  Config
+		snap []byte
+		want error
+	}{
+		{"newer format version", cfg, future, ErrSnapshotVersion},
+		{"another gap", other, snap, ErrSnapshotConfig},
+		{"another market", func() Config { c := cfg; c.Market = "valencia"; return c }(), snap, ErrSnapshotConfig},
+		{"not a snapshot", cfg, []byte("{}"), ErrSnapshotCorrupt},
+		{"truncated", cfg, snap[:len(snap)*2/3], ErrSnapshotCorrupt},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e, _, err := Restore(c.cfg, func([]result.Record) {}, c.snap)
+			if !errors.Is(err, c.want) {
+				if e != nil {
+					e.Stop()
+				}
+				t.Fatalf("got %v, want %v", err, c.want)
+			}
+		})
+	}
+}
+
+// FuzzRestore: no snapshot, however damaged, makes Restore panic.
+func FuzzRestore(f *testing.F) {
+	cfg := benchConfig(1)
+	snap := snapshotOf(&testing.T{}, cfg, smallFleet(3)[:300])
+	f.Add(snap)
+	f.Add(snap[:len(snap)/2])
+	f.Fuzz(func(t *testing.T, b []byte) {
+		e, _, err := Restore(cfg, func([]result.Record) {}, b)
+		if err == nil {
+			e.Stop()
+		}
+	})
+}
+
+func TestCheckpoint_StateByCourier(t *testing.T) {
+	// The same inputs under 1 and 4 shards restore to the same couriers.
+	ins := smallFleet(5)[:5000]
+	count := func(shards int) string {
+		cfg := benchConfig(shards)
+		e, _, err := Restore(benchConfig(3), func([]result.Record) {}, snapshotOf(t, cfg, ins))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Stop()
+		return fmt.Sprint(e.Stats().Couriers)
+	}
+	if a, b := count(1), count(4); a != b || a == "0" {
+		t.Fatalf("couriers restored from 1 shard: %s, from 4: %s", a, b)
+	}
+}

@@ -1,0 +1,252 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	twal "github.com/tidwall/wal"
+)
+
+// SyncMode says when an appended entry counts as durable.
+type SyncMode int
+
+const (
+	// SyncBatch is group commit, the default: entries are written and
+	// fsynced together, every Options.Interval or as soon as
+	// Options.MaxBatch entries are waiting, whichever comes first.
+	SyncBatch SyncMode = iota
+	// SyncAlways writes and fsyncs each entry on its own (about 1 ms each
+	// on a typical disk). For comparison and for very low rates.
+	SyncAlways
+	// SyncNone never fsyncs on its own: an entry is "durable" once written
+	// to the OS, which survives kill -9 but not a power cut. For benchmarks
+	// and tests.
+	SyncNone
+)
+
+func (m SyncMode) String() string {
+	switch m {
+	case SyncBatch:
+		return "batch"
+	case SyncAlways:
+		return "always"
+	case SyncNone:
+		return "none"
+	}
+	return fmt.Sprintf("SyncMode(%d)", int(m))
+}
+
+// Defaults for the zero fields of Options.
+const (
+	DefaultInterval    = 2 * time.Millisecond
+	DefaultMaxBatch    = 1024
+	DefaultSegmentSize = 4 << 20
+)
+
+// Options tune a Log. The zero value is usable: group commit with the
+// defaults below.
+type Options struct {
+	// Sync is when entries become durable. Default SyncBatch.
+	Sync SyncMode
+	// Interval is the longest an entry waits for company before its batch
+	// is written and fsynced, with SyncBatch. Default 2ms.
+	Interval time.Duration
+	// MaxBatch is the number of waiting entries that triggers a write and
+	// fsync at once, with SyncBatch. Append blocks while 4*MaxBatch entries
+	// are appended but not yet durable. Default 1024.
+	MaxBatch int
+	// SegmentSize is the size, in bytes, at which a segment file is closed
+	// and a new one started. Small segments keep TruncateFront cheap: it
+	// rewrites the remainder of the segment holding its index. Default 4 MiB.
+	SegmentSize int
+	// OnFsync, if set, is called after each fsync with its latency and the
+	// number of entries it made durable (0 for an explicit Sync with nothing
+	// new), from the log's goroutine; it must be quick. Meant for a latency
+	// histogram.
+	OnFsync func(latency time.Duration, entries int)
+}
+
+func (o Options) withDefaults() (Options, error) {
+	switch o.Sync {
+	case SyncBatch, SyncAlways, SyncNone:
+	default:
+		return o, fmt.Errorf("wal: unknown sync mode %d", int(o.Sync))
+	}
+	if o.Interval < 0 || o.MaxBatch < 0 || o.SegmentSize < 0 {
+		return o, fmt.Errorf("wal: negative option (interval %v, max batch %d, segment size %d)",
+			o.Interval, o.MaxBatch, o.SegmentSize)
+	}
+	if o.Interval == 0 {
+		o.Interval = DefaultInterval
+	}
+	if o.MaxBatch == 0 {
+		o.MaxBatch = DefaultMaxBatch
+	}
+	if o.SegmentSize == 0 {
+		o.SegmentSize = DefaultSegmentSize
+	}
+	return o, nil
+}
+
+// RepairReport describes what Open cut from a torn or corrupt tail. The zero
+// value (Repaired false) means the log was intact.
+type RepairReport struct {
+	// Repaired is true if the last segment was cut.
+	Repaired bool
+	// Segment is the path of the segment file that was cut.
+	Segment string
+	// Offset is the byte offset of the first bad entry in Segment: the
+	// file's size after the cut.
+	Offset int64
+	// BytesDropped is how many bytes were cut off.
+	BytesDropped int64
+	// Index is the index the first dropped entry had; the next Append
+	// gets it.
+	Index uint64
+	// EntriesDropped counts the entries cut off, best effort: the records
+	// whose length prefix still fits, plus one for a trailing partial
+	// record. A kill -9 mid-write gives 1.
+	EntriesDropped int
+	// Cause is what was wrong with the first bad entry (wraps ErrMalformed
+	// for a torn write, ErrChecksum for a flipped bit).
+	Cause error
+}
+
+// Open opens or creates the log in dir, which the log owns: nothing else
+// should write there. A missing dir is created.
+//
+// Every segment is read and every entry's CRC checked. A torn or corrupt
+// tail (kill -9 mid-write, zeros after a power cut) is repaired: the last
+// segment is cut after its last good entry, and the cut is logged and
+// described in the RepairReport; Open never refuses to start because of the
+// tail. Damage in an older segment is different: those were fsynced before
+// the next segment was started, so a bad entry there is disk corruption, not
+// a crash, and cutting there would silently drop every later entry, so Open
+// fails with a *CorruptError naming the segment and offset. The same goes for
+// a missing segment (a gap in the indexes).
+//
+// log may be nil (no logging). Errors name the path involved.
+func Open(dir string, opt Options, log *slog.Logger) (*Log, RepairReport, error) {
+	opt, err := opt.withDefaults()
+	if err != nil {
+		return nil, RepairReport{}, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, RepairReport{}, fmt.Errorf("wal: create dir %s: %w", dir, err)
+	}
+	tw, rep, err := openRepaired(dir, opt, log)
+	if err != nil {
+		return nil, rep, err
+	}
+	l, err := newLog(dir, opt, log, tw)
+	if err != nil {
+		tw.Close()
+		return nil, rep, err
+	}
+	if rep.Repaired {
+		l.repairs.Store(1)
+	}
+	log.Info("wal opened", "dir", dir, "first_index", l.FirstIndex(), "last_index", l.LastIndex(),
+		"bytes", l.bytes.Load(), "sync", opt.Sync.String())
+	return l, rep, nil
+}
+
+func tidwallOptions(opt Options) *twal.Options {
+	return &twal.Options{
+		NoSync:           true, // the writer goroutine fsyncs per SyncMode
+		SegmentSize:      opt.SegmentSize,
+		LogFormat:        twal.Binary,
+		SegmentCacheSize: 2,
+		NoCopy:           true, // decodeFrame copies what it must
+		AllowEmpty:       true, // TruncateFront may drop everything
+		DirPerms:         0o750,
+		FilePerms:        0o640,
+	}
+}
+
+// openRepaired opens tidwall's log, verifying every segment first and
+// cutting a bad tail.
+func openRepaired(dir string, opt Options, log *slog.Logger) (*twal.Log, RepairReport, error) {
+	// tidwall's Open resolves an interrupted truncation (START/END files)
+	// before loading the tail, so let it run first even though a torn tail
+	// makes it fail with ErrCorrupt.
+	tw, err := twal.Open(dir, tidwallOptions(opt))
+	if err != nil && !errors.Is(err, twal.ErrCorrupt) {
+		return nil, RepairReport{}, fmt.Errorf("wal: open %s: %w", dir, err)
+	}
+	closeTW := func() {
+		if tw != nil {
+			tw.Close()
+			tw = nil
+		}
+	}
+	segs, leftovers, lerr := listSegments(dir)
+	if lerr != nil {
+		closeTW()
+		return nil, RepairReport{}, fmt.Errorf("wal: %w", lerr)
+	}
+	if tw == nil && len(leftovers) > 0 {
+		return nil, RepairReport{}, fmt.Errorf("wal: open %s: interrupted truncation left %s that tidwall/wal cannot resolve: %w",
+			dir, strings.Join(leftovers, ", "), err)
+	}
+	if len(segs) == 0 {
+		// tidwall always leaves at least one segment; none means it failed.
+		closeTW()
+		return nil, RepairReport{}, fmt.Errorf("wal: open %s: no segment files: %w", dir, err)
+	}
+
+	var rep RepairReport
+	for i, seg := range segs {
+		r, serr := scanSegment(seg)
+		if serr != nil {
+			closeTW()
+			return nil, rep, fmt.Errorf("wal: %w", serr)
+		}
+		if i < len(segs)-1 {
+			if r.damage != nil {
+				closeTW()
+				return nil, rep, fmt.Errorf("%w (not the last segment, so not a torn write: restore the directory or remove it and accept the loss)", r.damage)
+			}
+			if next := seg.index + uint64(r.entries); next != segs[i+1].index {
+				closeTW()
+				return nil, rep, &CorruptError{Segment: segs[i+1].path, Offset: 0, Index: next,
+					Err: fmt.Errorf("%w: segment %s ends before index %d, next segment starts at %d",
+						ErrMalformed, seg.path, next, segs[i+1].index)}
+			}
+			continue
+		}
+		if r.damage == nil {
+			break
+		}
+		rep = RepairReport{
+			Repaired:       true,
+			Segment:        seg.path,
+			Offset:         r.valid,
+			BytesDropped:   r.size - r.valid,
+			Index:          r.damage.Index,
+			EntriesDropped: r.dropped,
+			Cause:          r.damage.Err,
+		}
+		closeTW()
+		if cerr := cutFile(seg.path, r.valid); cerr != nil {
+			return nil, rep, fmt.Errorf("wal: repair: %w", cerr)
+		}
+		log.Warn("wal: repaired torn or corrupt tail", "segment", seg.path, "offset", rep.Offset,
+			"bytes_dropped", rep.BytesDropped, "entries_dropped", rep.EntriesDropped,
+			"first_dropped_index", rep.Index, "cause", rep.Cause)
+	}
+	if tw == nil {
+		tw, err = twal.Open(dir, tidwallOptions(opt))
+		if err != nil {
+			return nil, rep, fmt.Errorf("wal: open %s after repair: %w", dir, err)
+		}
+	}
+	return tw, rep, nil
+}

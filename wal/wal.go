@@ -1,0 +1,510 @@
+// Package wal is edgeproc's write-ahead log of arrived positions, on
+// github.com/tidwall/wal, with CRC-32C framing, group commit and torn-tail
+// repair.
+//
+// The service appends every arrived MQTT message before acknowledging it to
+// the broker (the ack goes in Append's done callback), checkpoints its state
+// with the index it reflects, replays the log after that index on restart,
+// and truncates the front once a checkpoint covers it.
+//
+// tidwall/wal gives indexes, segment files and cheap front truncation but no
+// checksums and no recovery from a torn write; this package frames each
+// entry with a version byte and a CRC-32C, checks every entry at Open, cuts a
+// damaged tail, and owns fsync so that many entries share one.
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	twal "github.com/tidwall/wal"
+)
+
+// maxPooledFrame caps the encode buffers kept for reuse, so one huge payload
+// does not pin memory for good.
+const maxPooledFrame = 64 << 10
+
+// Log is an open write-ahead log. Its methods are safe for concurrent use.
+type Log struct {
+	dir string
+	opt Options
+	log *slog.Logger
+	tw  *twal.Log
+
+	frames sync.Pool // *[]byte encode buffers
+
+	mu      sync.Mutex
+	space   *sync.Cond // broadcast when pending drops, or the log closes or fails
+	q       *queue     // appended, not yet taken by the writer
+	spare   *queue     // the writer's drained queue, for reuse; nil while in use
+	next    uint64     // index of the next Append
+	pending int        // appended, done not yet called
+	limit   int        // Append blocks while pending >= limit
+	firstAt time.Time  // when q's first entry was appended
+	closing bool
+	failed  error // first write or fsync error; the log accepts nothing after it
+
+	kick    chan struct{}   // wakes the writer; capacity 1
+	syncReq chan chan error // explicit Sync requests
+	stopped chan struct{}   // closed when the writer has exited
+
+	truncMu sync.Mutex // serialises TruncateFront
+
+	first   atomic.Uint64 // first index in the log
+	written atomic.Uint64 // last index handed to tidwall
+
+	appended   atomic.Uint64
+	synced     atomic.Uint64
+	failedN    atomic.Uint64
+	fsyncs     atomic.Uint64
+	fsyncTotal atomic.Int64 // ns
+	fsyncLast  atomic.Int64 // ns
+	bytes      atomic.Int64
+	repairs    atomic.Uint64
+
+	batch twal.Batch // writer-owned
+}
+
+// queue is a run of encoded frames, back to back, and what to do with each.
+type queue struct {
+	buf   []byte
+	metas []meta
+}
+
+type meta struct {
+	index uint64
+	end   int // end of the frame in buf
+	done  func(index uint64, err error)
+}
+
+func (q *queue) reset() {
+	q.buf = q.buf[:0]
+	clear(q.metas) // drop the callbacks' closures
+	q.metas = q.metas[:0]
+}
+
+func newLog(dir string, opt Options, log *slog.Logger, tw *twal.Log) (*Log, error) {
+	first, err := tw.FirstIndex()
+	if err != nil {
+		return nil, fmt.Errorf("wal: first index of %s: %w", dir, err)
+	}
+	last, err := tw.LastIndex()
+	if err != nil {
+		return nil, fmt.Errorf("wal: last index of %s: %w", dir, err)
+	}
+	size, err := dirBytes(dir)
+	if err != nil {
+		return nil, fmt.Errorf("wal: %w", err)
+	}
+	l := &Log{
+		dir:     dir,
+		opt:     opt,
+		log:     log,
+		tw:      tw,
+		q:       &queue{},
+		spare:   &queue{},
+		next:    last + 1,
+		limit:   4 * opt.MaxBatch,
+		kick:    make(chan struct{}, 1),
+		syncReq: make(chan chan error),
+		stopped: make(chan struct{}),
+	}
+	l.space = sync.NewCond(&l.mu)
+	l.frames.New = func() any { b := make([]byte, 0, 512); return &b }
+	l.first.Store(first)
+	l.written.Store(last)
+	l.bytes.Store(size)
+	go l.run()
+	return l, nil
+}
+
+// Append assigns the next index to e, queues it, and returns the index. done,
+// if not nil, is called once the entry is durable per the SyncMode (after
+// its batch's fsync), or with the error that kept it from being so; calls
+// come from the log's goroutine in index order, so done must be quick and
+// must not call Append, Sync or Close. e is copied; the caller may reuse its
+// buffers at once.
+//
+// Append never waits for an fsync itself, but it blocks while 4*MaxBatch
+// entries are not yet durable (backpressure). It fails with ErrClosed after
+// Close, and with the first write or fsync error once one has happened.
+func (l *Log) Append(e Entry, done func(index uint64, err error)) (uint64, error) {
+	bp := l.frames.Get().(*[]byte)
+	frame := appendFrame((*bp)[:0], e)
+
+	l.mu.Lock()
+	for l.pending >= l.limit && !l.closing && l.failed == nil {
+		l.space.Wait()
+	}
+	if l.closing || l.failed != nil {
+		err := l.failed
+		if l.closing {
+			err = ErrClosed
+		}
+		l.mu.Unlock()
+		l.putFrame(bp, frame)
+		return 0, err
+	}
+	index := l.next
+	l.next++
+	q := l.q
+	q.buf = append(q.buf, frame...)
+	q.metas = append(q.metas, meta{index: index, end: len(q.buf), done: done})
+	l.pending++
+	l.appended.Add(1) // under mu, so Stats never shows Synced > Appended
+	n := len(q.metas)
+	if n == 1 {
+		l.firstAt = time.Now()
+	}
+	l.mu.Unlock()
+	l.putFrame(bp, frame)
+
+	// The writer needs waking for a first entry (to start the Interval
+	// clock, or to write at once in the other modes) and when a batch is
+	// full; in between it is either busy or already counting.
+	if n == 1 || n == l.opt.MaxBatch {
+		l.wake()
+	}
+	return index, nil
+}
+
+func (l *Log) putFrame(bp *[]byte, frame []byte) {
+	if cap(frame) > maxPooledFrame {
+		return
+	}
+	*bp = frame[:0]
+	l.frames.Put(bp)
+}
+
+func (l *Log) wake() {
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}
+
+// run is the writer goroutine: it takes queued entries in batches, writes
+// them, fsyncs per the SyncMode and calls their done callbacks.
+func (l *Log) run() {
+	defer close(l.stopped)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		var reply chan error
+		select {
+		case <-l.kick:
+		case <-timer.C:
+		case reply = <-l.syncReq:
+		}
+		for {
+			l.mu.Lock()
+			n := len(l.q.metas)
+			due := n > 0 && (reply != nil || l.closing || l.opt.Sync != SyncBatch ||
+				n >= l.opt.MaxBatch || time.Since(l.firstAt) >= l.opt.Interval)
+			if !due {
+				if n > 0 {
+					timer.Reset(l.opt.Interval - time.Since(l.firstAt))
+				}
+				l.mu.Unlock()
+				break
+			}
+			q := l.q
+			l.q, l.spare = l.spare, nil
+			l.mu.Unlock()
+
+			err := l.commit(q)
+
+			l.mu.Lock()
+			l.pending -= len(q.metas)
+			if err != nil && l.failed == nil {
+				l.failed = err
+				l.log.Error("wal: write failed; the log accepts no more entries", "dir", l.dir, "err", err)
+			}
+			q.reset()
+			l.spare = q
+			l.space.Broadcast()
+			l.mu.Unlock()
+		}
+		if reply != nil {
+			reply <- l.syncNow()
+		}
+		l.mu.Lock()
+		exit := l.closing && len(l.q.metas) == 0
+		l.mu.Unlock()
+		if exit {
+			return
+		}
+	}
+}
+
+// commit writes q to tidwall, fsyncs per the SyncMode and calls the done
+// callbacks. It returns the first error.
+func (l *Log) commit(q *queue) error {
+	l.mu.Lock()
+	err := l.failed
+	l.mu.Unlock()
+	ok := 0 // metas[:ok] are durable and their done called
+	if err == nil {
+		if l.opt.Sync == SyncAlways {
+			start := 0
+			for _, m := range q.metas {
+				l.batch.Write(m.index, q.buf[start:m.end])
+				if err = l.write(m.index, m.end-start+uvarintLen(uint64(m.end-start))); err != nil {
+					break
+				}
+				start = m.end
+				if err = l.fsync(1); err != nil {
+					break
+				}
+				l.finish(m, nil)
+				ok++
+			}
+		} else {
+			start, size := 0, 0
+			for _, m := range q.metas {
+				l.batch.Write(m.index, q.buf[start:m.end])
+				size += m.end - start + uvarintLen(uint64(m.end-start))
+				start = m.end
+			}
+			err = l.write(q.metas[len(q.metas)-1].index, size)
+			if err == nil && l.opt.Sync == SyncBatch {
+				err = l.fsync(len(q.metas))
+			}
+		}
+	}
+	for _, m := range q.metas[ok:] {
+		l.finish(m, err)
+	}
+	return err
+}
+
+// write hands the batch to tidwall; last is its last index and size the
+// bytes it adds to the segment files.
+func (l *Log) write(last uint64, size int) error {
+	if err := l.tw.WriteBatch(&l.batch); err != nil {
+		l.batch.Clear()
+		return fmt.Errorf("wal: write to %s: %w", l.dir, err)
+	}
+	l.written.Store(last)
+	l.bytes.Add(int64(size))
+	return nil
+}
+
+func (l *Log) finish(m meta, err error) {
+	if err == nil {
+		l.synced.Add(1)
+	} else {
+		l.failedN.Add(1)
+	}
+	if m.done != nil {
+		m.done(m.index, err)
+	}
+}
+
+func (l *Log) fsync(entries int) error {
+	start := time.Now()
+	err := l.tw.Sync()
+	d := time.Since(start)
+	if err != nil {
+		return fmt.Errorf("wal: fsync %s: %w", l.dir, err)
+	}
+	l.fsyncs.Add(1)
+	l.fsyncTotal.Add(int64(d))
+	l.fsyncLast.Store(int64(d))
+	if l.opt.OnFsync != nil {
+		l.opt.OnFsync(d, entries)
+	}
+	return nil
+}
+
+// syncNow runs in the writer after a forced flush.
+func (l *Log) syncNow() error {
+	l.mu.Lock()
+	err := l.failed
+	l.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if err := l.fsync(0); err != nil {
+		l.mu.Lock()
+		if l.failed == nil {
+			l.failed = err
+		}
+		l.space.Broadcast()
+		l.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// Sync writes every entry appended so far and fsyncs, whatever the SyncMode;
+// the entries' done callbacks have been called when it returns.
+func (l *Log) Sync() error {
+	l.mu.Lock()
+	closing := l.closing
+	l.mu.Unlock()
+	if closing {
+		return ErrClosed
+	}
+	reply := make(chan error, 1)
+	select {
+	case l.syncReq <- reply:
+	case <-l.stopped:
+		return ErrClosed
+	}
+	return <-reply
+}
+
+// FirstIndex is the index of the first entry in the log. When the log is
+// empty it is LastIndex()+1 (1 for a new log).
+func (l *Log) FirstIndex() uint64 { return l.first.Load() }
+
+// LastIndex is the index of the last entry appended (0 for a new log): the
+// next Append gets LastIndex()+1. It may not be durable yet.
+func (l *Log) LastIndex() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.next - 1
+}
+
+// Replay calls fn for every entry with index >= from, in index order, up to
+// the last entry written when Replay was called. A from below FirstIndex
+// starts at FirstIndex (entries before it were truncated away). It is meant
+// for start-up, before appends, but is safe at any time. The Entry's Payload
+// aliases the log's buffers (see Entry). A corrupt entry stops it with a
+// *CorruptError carrying the index; an error from fn stops it and is
+// returned wrapped with the index.
+func (l *Log) Replay(from uint64, fn func(index uint64, e Entry) error) error {
+	l.mu.Lock()
+	closing := l.closing
+	l.mu.Unlock()
+	if closing {
+		return ErrClosed
+	}
+	from = max(from, l.first.Load())
+	last := l.written.Load()
+	for i := from; i <= last; i++ {
+		data, err := l.tw.Read(i)
+		if err != nil {
+			if errors.Is(err, twal.ErrClosed) {
+				return ErrClosed
+			}
+			return fmt.Errorf("wal: read index %d from %s: %w", i, l.dir, err)
+		}
+		e, err := decodeFrame(i, data)
+		if err != nil {
+			return err
+		}
+		if err := fn(i, e); err != nil {
+			return fmt.Errorf("wal: replay index %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// TruncateFront drops the entries before index, once a checkpoint covers
+// them; index becomes FirstIndex. An index at or below FirstIndex does
+// nothing; LastIndex()+1 empties the log. Entries still waiting to be written
+// are synced first. It rewrites the rest of the segment holding index and
+// fsyncs it, so it costs up to one SegmentSize write: call it at
+// checkpoints, not per entry.
+func (l *Log) TruncateFront(index uint64) error {
+	l.truncMu.Lock()
+	defer l.truncMu.Unlock()
+	l.mu.Lock()
+	closing, last := l.closing, l.next-1
+	l.mu.Unlock()
+	if closing {
+		return ErrClosed
+	}
+	if index <= l.first.Load() {
+		return nil
+	}
+	if index > last+1 {
+		return fmt.Errorf("wal: truncate front of %s to index %d: beyond the last index %d", l.dir, index, last)
+	}
+	if index-1 > l.written.Load() {
+		if err := l.Sync(); err != nil {
+			return err
+		}
+	}
+	if err := l.tw.TruncateFront(index); err != nil {
+		if errors.Is(err, twal.ErrClosed) {
+			return ErrClosed
+		}
+		return fmt.Errorf("wal: truncate front of %s to index %d: %w", l.dir, index, err)
+	}
+	l.first.Store(index)
+	if size, err := dirBytes(l.dir); err == nil {
+		l.bytes.Store(size)
+	}
+	return nil
+}
+
+// Stats are counters since Open, for metrics.
+type Stats struct {
+	Appended uint64 // entries accepted by Append
+	Synced   uint64 // entries made durable (done called with nil)
+	Failed   uint64 // entries whose done got an error
+	Pending  int    // entries appended but not yet durable
+	// Fsyncs and FsyncTotal are a latency histogram's _count and _sum;
+	// Options.OnFsync gives each observation.
+	Fsyncs     uint64
+	FsyncTotal time.Duration
+	LastFsync  time.Duration // latency of the latest fsync
+	Bytes      int64         // size of the segment files
+	Repairs    uint64        // tails repaired at Open: 0 or 1
+	FirstIndex uint64
+	LastIndex  uint64
+}
+
+// Stats returns the current counters.
+func (l *Log) Stats() Stats {
+	l.mu.Lock()
+	pending, last := l.pending, l.next-1
+	l.mu.Unlock()
+	return Stats{
+		Appended:   l.appended.Load(),
+		Synced:     l.synced.Load(),
+		Failed:     l.failedN.Load(),
+		Pending:    pending,
+		Fsyncs:     l.fsyncs.Load(),
+		FsyncTotal: time.Duration(l.fsyncTotal.Load()),
+		LastFsync:  time.Duration(l.fsyncLast.Load()),
+		Bytes:      l.bytes.Load(),
+		Repairs:    l.repairs.Load(),
+		FirstIndex: l.first.Load(),
+		LastIndex:  last,
+	}
+}
+
+// Close stops accepting entries (Append then fails with ErrClosed, also for
+// callers blocked by backpressure), writes and fsyncs those already
+// appended, calls their done callbacks, and closes the files. It returns the
+// log's write error if it had one. A second Close returns ErrClosed.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	if l.closing {
+		l.mu.Unlock()
+		return ErrClosed
+	}
+	l.closing = true
+	l.space.Broadcast()
+	l.mu.Unlock()
+	l.wake()
+	<-l.stopped
+
+	l.mu.Lock()
+	failed := l.failed
+	l.mu.Unlock()
+	var cerr error
+	if err := l.tw.Close(); err != nil { // fsyncs the tail
+		cerr = fmt.Errorf("wal: close %s: %w", l.dir, err)
+	}
+	return errors.Join(failed, cerr)
+}
