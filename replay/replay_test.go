@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
+	"os"
 	"strings"
 	"testing"
 
@@ -305,5 +307,66 @@ func TestReplay_RejectedLineNeverStopsTheReplay(t *testing.T) {
 	}
 	if len(ofType(recs, "distance")) != 1 {
 		t.Fatalf("the valid line must still be processed")
+	}
+}
+
+// TestReplay_WorkedExample replays the seed's worked example
+// (testdata/worked.jsonl: 1-minute windows, 2-minute delay, 60 s gap) and
+// checks it against values worked out by hand: positions lie on the
+// meridian 2.8214°E, so each segment is R·Δlat in radians.
+func TestReplay_WorkedExample(t *testing.T) {
+	in, err := os.ReadFile("../testdata/worked.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cfg()
+	c.Size, c.Slide, c.Gap, c.ToleratedDelay = 60_000, 60_000, 60_000, 120_000
+	c.Market = "girona"
+	var out bytes.Buffer
+	if _, err := Run(c, bytes.NewReader(in), &out); err != nil {
+		t.Fatal(err)
+	}
+	var recs []map[string]any
+	dec := json.NewDecoder(&out)
+	dec.UseNumber()
+	for dec.More() {
+		var m map[string]any
+		if err := dec.Decode(&m); err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, m)
+	}
+	m := func(dLat float64) float64 { return 6371008.8 * dLat * math.Pi / 180 }
+	const base = 1726315200000 // 12:00:00
+	// 12:00 holds 12:00:10 (41.9794), 12:00:30 (41.9796, late arrival) and
+	// 12:00:55 (41.9799); 12:01 holds 12:01:05 (41.9804); 12:02 holds
+	// 12:02:10 (41.9814) and 12:02:40 (41.9819).
+	want := []struct {
+		start int64
+		n     int64
+		dist  float64
+	}{
+		{base, 3, m(0.0002) + m(0.0003)},
+		{base + 60_000, 1, m(0.0005)},
+		{base + 120_000, 2, m(0.0010) + m(0.0005)},
+	}
+	d := ofType(recs, "distance")
+	if len(d) != len(want) {
+		t.Fatalf("got %d windows, want %d", len(d), len(want))
+	}
+	for i, w := range want {
+		got, _ := d[i]["distance_m"].(json.Number).Float64()
+		if num(t, d[i], "window_start_ms") != w.start || num(t, d[i], "positions") != w.n || math.Abs(got-w.dist) > 0.01 {
+			t.Errorf("window %d: got %v, want start %d, %d positions, %.3f m", i, d[i], w.start, w.n, w.dist)
+		}
+	}
+	ns := ofType(recs, "no_signal")
+	if len(ns) != 2 || num(t, ns[0], "last_seen_ms") != base+65_000 || ns[0]["end_of_input"] == true ||
+		num(t, ns[1], "session_start_ms") != base+130_000 || ns[1]["end_of_input"] != true {
+		t.Fatalf("got %v, want sessions 12:00:10–12:01:05 and 12:02:10–12:02:40 (end of input)", ns)
+	}
+	rs := ofType(recs, "signal_restored")
+	if len(rs) != 1 || num(t, rs[0], "gap_ms") != 65_000 {
+		t.Fatalf("got %v, want one signal_restored after a 65 s silence", rs)
 	}
 }
