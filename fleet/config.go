@@ -16,6 +16,8 @@ const (
 	DefaultRadius         = 4000.0 // metres
 	DefaultTunnelRate     = 1.0    // tunnels per hour of driving
 	DefaultTunnelFraction = 0.10
+	DefaultTunnelMin      = 210 * time.Second // 3.5 min
+	DefaultTunnelMax      = 6 * time.Minute
 )
 
 // Config describes a simulated fleet. The zero value is a usable demo fleet:
@@ -50,9 +52,15 @@ type Config struct {
 	Radius float64
 	// TunnelRate is the expected number of tunnels per hour of driving of a
 	// tunnel-prone courier. In a tunnel a courier emits nothing for a
-	// uniform 3.5–6 min (longer than the default 3 min session gap, so its
-	// session splits). Default 1.0; negative = no tunnels.
+	// uniform TunnelMin–TunnelMax (by default 3.5–6 min, longer than the
+	// default 3 min session gap, so its session splits). Default 1.0;
+	// negative = no tunnels.
 	TunnelRate float64
+	// TunnelMin and TunnelMax bound a tunnel's silence. Defaults 3.5 min
+	// and 6 min; a TunnelMax below TunnelMin is raised to it. Shorter
+	// tunnels suit a configuration with a short session gap, such as
+	// edgeproc demo's, where 3.5 min would be a long wait.
+	TunnelMin, TunnelMax time.Duration
 	// TunnelFraction is the fraction of couriers that are tunnel-prone
 	// (rounded up, chosen by the seed); the others never enter a tunnel.
 	// Default 0.10; negative = none; 1 = all.
@@ -95,6 +103,13 @@ func (c Config) withDefaults() Config {
 	c.Radius = math.Min(c.Radius, 100_000)
 	c.TunnelRate = rateDefault(c.TunnelRate, DefaultTunnelRate)
 	c.TunnelFraction = math.Min(rateDefault(c.TunnelFraction, DefaultTunnelFraction), 1)
+	if c.TunnelMin <= 0 {
+		c.TunnelMin = DefaultTunnelMin
+	}
+	if c.TunnelMax <= 0 {
+		c.TunnelMax = DefaultTunnelMax
+	}
+	c.TunnelMax = max(c.TunnelMax, c.TunnelMin)
 	c.DuplicateRate = clamp(finiteOr(c.DuplicateRate, 0), 0, 1)
 	c.BadRate = clamp(finiteOr(c.BadRate, 0), 0, 1)
 	c.Market = sanitizeMarket(c.Market)

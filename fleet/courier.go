@@ -33,9 +33,6 @@ const (
 	// so consecutive fixes keep the true speed within a few km/h.
 	movingNoiseAR    = 0.8
 	movingNoiseSigma = 1.0
-	// Tunnel silences, ms.
-	minTunnelMs = 210_000
-	maxTunnelMs = 360_000
 	// Probability that a courier starts the run parked.
 	startParked = 0.3
 	// Earth radius used by the contract's haversine, metres.

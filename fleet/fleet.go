@@ -6,7 +6,7 @@
 // positions scatter 5–30 m around the parking point, accuracy_m 5–20). Each
 // emits a position every Interval ± 20 %, starting at its own phase, so no
 // courier ever repeats a timestamp. Tunnel-prone couriers now and then go
-// silent for 3.5–6 min. Every position gets an arrival time (processing
+// silent, by default for 3.5–6 min (Config.TunnelMin, TunnelMax). Every position gets an arrival time (processing
 // time) from the measured delay profile (see DelayQuantile), and Next hands
 // events out in arrival order, so event time is out of order as it is in
 // production. Duplicates (QoS 1 redelivery) and malformed payloads can be
@@ -65,6 +65,8 @@ type Fleet struct {
 	seq    uint64
 	jitter int64 // ms: each interval is Interval ± jitter
 	tunnel float64
+	// tunnelMin and tunnelMax bound a tunnel's silence, ms.
+	tunnelMin, tunnelMax int64
 
 	// observe, when set (tests only), sees each generated position with the
 	// true state of its courier.
@@ -95,6 +97,7 @@ func New(cfg Config) *Fleet {
 	interval := cfg.Interval.Milliseconds()
 	f.jitter = interval / 5
 	f.tunnel = cfg.TunnelRate * float64(interval) / 3_600_000
+	f.tunnelMin, f.tunnelMax = cfg.TunnelMin.Milliseconds(), cfg.TunnelMax.Milliseconds()
 
 	width := max(4, len(strconv.Itoa(cfg.Couriers)))
 	prefix := "c"
@@ -204,7 +207,7 @@ func (f *Fleet) generate() {
 
 	gap := f.cfg.Interval.Milliseconds() + r.Int64N(2*f.jitter+1) - f.jitter
 	if c.prone && !c.parked && r.Float64() < f.tunnel {
-		gap = minTunnelMs + r.Int64N(maxTunnelMs-minTunnelMs+1)
+		gap = f.tunnelMin + r.Int64N(f.tunnelMax-f.tunnelMin+1)
 	}
 	c.nextTS = ts + max(gap, 1)
 	f.downTS(0)

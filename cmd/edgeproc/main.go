@@ -1,8 +1,11 @@
 // Command edgeproc is an edge stream processor for courier GPS positions:
 // MQTT in, event-time sliding distance and no-signal sessions, NATS out.
 //
+//	edgeproc run --config FILE [--config FILE...]
 //	edgeproc replay --config FILE [--in FILE|-] [--out FILE|-]
 //	edgeproc check-config FILE...
+//	edgeproc sim --market M [--mqtt URL] [--rate R] ...
+//	edgeproc demo [--couriers N] [--duration D] [--seed S]
 //	edgeproc version
 package main
 
@@ -25,8 +28,11 @@ type usageError struct{ msg string }
 func (e usageError) Error() string { return e.msg }
 
 var commands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error{
+	"run":          runService,
 	"replay":       runReplay,
 	"check-config": runCheckConfig,
+	"sim":          runSim,
+	"demo":         runDemo,
 	"version": func(context.Context, []string, io.Writer, io.Writer) error {
 		fmt.Println("edgeproc", version)
 		return nil
@@ -36,9 +42,15 @@ var commands = map[string]func(ctx context.Context, args []string, stdout, stder
 const usage = `usage: edgeproc COMMAND [ARGS]
 
 commands:
+  run --config FILE [--config FILE...]
+                          run the live service, one market per FILE
   replay --config FILE [--in FILE|-] [--out FILE|-] [--shards N]
                           process a JSONL file of positions, write JSONL results
   check-config FILE...    validate market configuration files
+  sim --market M [--mqtt URL] [--couriers N] [--rate R] [--duration D] [--seed S] [--dup P] [--bad P]
+                          publish a simulated courier fleet to an MQTT broker
+  demo [--couriers N] [--duration D] [--seed S]
+                          broker, NATS, fleet and processor in one process; prints results
   version                 print the version
 `
 

@@ -12,9 +12,8 @@ import (
 	"golang.org/x/term"
 
 	"github.com/km0/edgeproc/config"
-	"github.com/km0/edgeproc/engine"
-	"github.com/km0/edgeproc/geo"
 	"github.com/km0/edgeproc/replay"
+	"github.com/km0/edgeproc/service"
 )
 
 // progressMin is the input size from which a terminal gets a progress bar.
@@ -37,7 +36,7 @@ func runReplay(_ context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	ecfg := engineConfig(cfg)
+	ecfg := service.EngineConfig(cfg)
 	ecfg.Shards = *shards
 
 	var in io.Reader = os.Stdin
@@ -69,19 +68,6 @@ func runReplay(_ context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	fmt.Fprintln(stderr, sum)
 	return err
-}
-
-// engineConfig maps a market's configuration to the engine's.
-func engineConfig(c config.Config) engine.Config {
-	w := c.Windows.Millis()
-	return engine.Config{
-		Market: c.Market,
-		Size:   w.Size, Slide: w.Slide, Gap: w.Gap, ToleratedDelay: w.ToleratedDelay,
-		IdleTimeout: w.IdleTimeout, MaxFutureSkew: w.MaxFutureSkew, RestoreTTL: w.RestoreTTL,
-		Filter:        geo.Filter{MinMoveM: c.Distance.MinMoveM, MaxSpeedKmh: c.Distance.MaxSpeedKmh},
-		StoppedBelowM: c.Distance.StoppedBelowM,
-		H3Resolution:  c.Geo.H3Resolution,
-	}
 }
 
 func isTerminal(w io.Writer) bool {

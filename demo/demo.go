@@ -1,0 +1,439 @@
+// Package demo is `edgeproc demo`: the whole pipeline in one process, on
+// loopback, with nothing to set up.
+//
+// Run starts an embedded MQTT broker (mochi-mqtt), an embedded NATS server
+// with JetStream, the processor (service.Run) with a demo configuration whose
+// windows are short enough for every result type to appear within the first
+// minute, and a simulated fleet (package sim) publishing in real time. It
+// prints every result that reaches NATS (delivery.dashboard, late and
+// rejected), one line each, plus a tally every 10 s, until ctx ends or the
+// duration passes; then it stops everything in order (fleet, processor,
+// servers), prints the totals and removes its temporary directory.
+//
+// Everything binds 127.0.0.1. The broker accepts any client (auth.AllowHook),
+// which is why it never listens elsewhere.
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/km0/edgeproc/config"
+	"github.com/km0/edgeproc/fleet"
+	"github.com/km0/edgeproc/service"
+	"github.com/km0/edgeproc/sim"
+)
+
+// Market is the demo's market name.
+const Market = "demo"
+
+// Defaults applied by Run to zero Options fields.
+const (
+	DefaultCouriers      = 140
+	DefaultSeed          = 1
+	DefaultDuplicateRate = 0.02
+	DefaultBadRate       = 0.01
+	DefaultTallyEvery    = 10 * time.Second
+)
+
+// Timeouts of the start-up and shut-down steps.
+const (
+	// subscribeTimeout bounds the wait for the processor to subscribe to
+	// the broker before the fleet starts (positions sent earlier would
+	// reach nobody).
+	subscribeTimeout = 30 * time.Second
+	// stopTimeout bounds the processor's graceful shutdown.
+	stopTimeout = 20 * time.Second
+)
+
+// Options configures a demo run. The zero value is the standard demo,
+// printing to nowhere: set Out.
+type Options struct {
+	// Couriers is the simulated fleet size; each sends a position every
+	// ~5 s. Default 140.
+	Couriers int
+	// Duration stops the demo after this long; 0 = until ctx ends.
+	Duration time.Duration
+	// Seed selects the simulated fleet. Default 1.
+	Seed int64
+	// MQTTPort is the embedded broker's port on 127.0.0.1; 0 = a free one.
+	MQTTPort int
+	// DuplicateRate and BadRate are the fleet's share of redelivered and
+	// malformed messages (see sim.Options). Defaults 0.02 and 0.01;
+	// negative = none.
+	DuplicateRate, BadRate float64
+	// Out receives the banner, the feed, the tallies and the totals.
+	// Default io.Discard.
+	Out io.Writer
+	// Color turns on ANSI colours in the feed (for a terminal).
+	Color bool
+	// Log receives the processor's, the fleet's and the broker's logs.
+	// Default: discarded.
+	Log *slog.Logger
+	// TallyEvery is the period of the tally line. Default 10s.
+	TallyEvery time.Duration
+	// Ready, when set, is called once every server listens and the fleet
+	// is about to start, with their addresses.
+	Ready func(Addrs)
+}
+
+// Addrs are the demo's loopback endpoints.
+type Addrs struct {
+	// MQTT is the broker's host:port.
+	MQTT string
+	// NATS is the NATS client URL, nats://127.0.0.1:PORT.
+	NATS string
+	// HTTP is the processor's /metrics, /healthz and /readyz host:port.
+	HTTP string
+}
+
+// Totals summarises a run.
+type Totals struct {
+	// Results counts the records seen on NATS by type: distance,
+	// no_signal, signal_restored, late, rejected.
+	Results map[string]uint64
+	// Sim is the simulated fleet's report.
+	Sim sim.Stats
+	// InflightDropped and MessagesDropped are the broker's silent losses
+	// (mochi's counters); both should be 0.
+	InflightDropped, MessagesDropped int64
+}
+
+func (o Options) withDefaults() Options {
+	if o.Couriers <= 0 {
+		o.Couriers = DefaultCouriers
+	}
+	if o.Seed == 0 {
+		o.Seed = DefaultSeed
+	}
+	if o.DuplicateRate == 0 {
+		o.DuplicateRate = DefaultDuplicateRate
+	}
+	if o.BadRate == 0 {
+		o.BadRate = DefaultBadRate
+	}
+	o.DuplicateRate, o.BadRate = max(o.DuplicateRate, 0), max(o.BadRate, 0)
+	if o.Out == nil {
+		o.Out = io.Discard
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.TallyEvery <= 0 {
+		o.TallyEvery = DefaultTallyEvery
+	}
+	return o
+}
+
+// marketConfig is the processor's configuration for the demo: short windows
+// so that distance (20 s windows every 10 s), no_signal (15 s of silence),
+// signal_restored and late records all show up within a minute.
+func marketConfig(mqttAddr, httpAddr, stateDir string) (config.Config, error) {
+	c := config.Default()
+	c.Market = Market
+	c.MQTT.URL = "mqtt://" + mqttAddr
+	c.MQTT.Topic = "km0/" + Market + "/positions/+"
+	c.MQTT.ClientID = "edgeproc-" + Market
+	c.NATS.URL = "embedded"
+	c.NATS.Stream = "EDGEPROC_DEMO"
+	c.Windows.Size = 20 * time.Second
+	c.Windows.Slide = 10 * time.Second
+	c.Windows.Gap = 15 * time.Second
+	c.Windows.ToleratedDelay = 3 * time.Second
+	c.Windows.IdleTimeout = 5 * time.Second
+	c.Windows.MaxFutureSkew = time.Minute
+	c.State.Dir = stateDir
+	c.HTTP.Listen = httpAddr
+	if err := c.Validate(); err != nil {
+		return c, fmt.Errorf("demo config: %w", err)
+	}
+	return c, nil
+}
+
+// fleetTweaks makes the fleet's tunnels fit the demo's 15 s gap: shorter
+// (20–40 s instead of 3.5–6 min) and more frequent, so that no_signal and
+// signal_restored appear every few seconds.
+func fleetTweaks() fleet.Config {
+	return fleet.Config{
+		TunnelRate:     20,
+		TunnelFraction: 0.25,
+		TunnelMin:      20 * time.Second,
+		TunnelMax:      40 * time.Second,
+	}
+}
+
+// Run runs the demo until ctx ends or Options.Duration passes, then shuts
+// down and returns the totals. A clean stop returns a nil error; an error
+// means a part failed to start or failed while running.
+func Run(ctx context.Context, opts Options) (tot Totals, err error) {
+	o := opts.withDefaults()
+	log := o.Log
+	out := newFeed(o.Out, o.Color, time.Local)
+	tot.Results = map[string]uint64{}
+
+	dir, err := os.MkdirTemp("", "edgeproc-demo-")
+	if err != nil {
+		return tot, fmt.Errorf("demo: create temp dir: %w", err)
+	}
+	defer func() {
+		if rmErr := os.RemoveAll(dir); rmErr != nil {
+			err = errors.Join(err, fmt.Errorf("demo: remove %s: %w", dir, rmErr))
+		}
+	}()
+
+	brk, err := startBroker(o.MQTTPort, log.With("component", "mqtt-broker"))
+	if err != nil {
+		return tot, fmt.Errorf("demo: %w", err)
+	}
+	defer func() {
+		tot.InflightDropped, tot.MessagesDropped = brk.dropped()
+		err = errors.Join(err, brk.close())
+	}()
+
+	ns, err := startNATS(dir)
+	if err != nil {
+		return tot, fmt.Errorf("demo: %w", err)
+	}
+	defer func() {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+	}()
+	natsURL := ns.ClientURL()
+
+	// The processor's connection reconnects forever, as the bridge wants;
+	// the feed has its own, as any dashboard would.
+	svcNC, err := nats.Connect(natsURL, nats.Name("edgeproc-demo"), nats.MaxReconnects(-1))
+	if err != nil {
+		return tot, fmt.Errorf("demo: connect to NATS %s: %w", natsURL, err)
+	}
+	defer svcNC.Close()
+	feedNC, err := nats.Connect(natsURL, nats.Name("edgeproc-demo-feed"))
+	if err != nil {
+		return tot, fmt.Errorf("demo: connect to NATS %s: %w", natsURL, err)
+	}
+	defer feedNC.Close()
+	// Port 0: the service binds a free port and reports it via Listening.
+	cfg, err := marketConfig(brk.addr, "127.0.0.1:0", filepath.Join(dir, "state"))
+	if err != nil {
+		return tot, err
+	}
+	sub, err := feedNC.Subscribe(cfg.NATS.SubjectPrefix+".>", func(m *nats.Msg) { out.handle(m.Data) })
+	if err != nil {
+		return tot, fmt.Errorf("demo: subscribe to results: %w", err)
+	}
+	defer func() {
+		for i, n := range out.totals() {
+			tot.Results[types[i]] = n
+		}
+	}()
+
+	// The processor.
+	svcCtx, stopSvc := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopSvc()
+	svcDone := make(chan error, 1)
+	var httpAddr atomic.Value // string, set by Deps.Listening
+	go func() {
+		svcDone <- service.Run(svcCtx, []config.Config{cfg}, service.Deps{
+			Log:      log.With("component", "service"),
+			Registry: prometheus.NewRegistry(),
+			NATS:     svcNC,
+			Clock:    time.Now,
+			Listening: func(a net.Addr) {
+				httpAddr.Store(a.String())
+			},
+		})
+	}()
+	stopService := func() error {
+		stopSvc()
+		select {
+		case err := <-svcDone:
+			return err
+		case <-time.After(stopTimeout):
+			return fmt.Errorf("processor did not stop within %s", stopTimeout)
+		}
+	}
+
+	// Wait for the processor's subscription: the broker keeps nothing for
+	// a subscriber that does not exist yet.
+	if err := waitSubscribed(ctx, brk, svcDone); err != nil {
+		if ctx.Err() != nil {
+			return tot, errors.Join(stopService(), drain(sub))
+		}
+		return tot, errors.Join(fmt.Errorf("demo: %w", err), stopService())
+	}
+
+	addrs := Addrs{MQTT: brk.addr, NATS: natsURL}
+	addrs.HTTP, _ = httpAddr.Load().(string)
+	printBanner(out, o, addrs)
+	if o.Ready != nil {
+		o.Ready(addrs)
+	}
+
+	// The fleet.
+	simCtx, stopSim := context.WithCancel(ctx)
+	defer stopSim()
+	type simResult struct {
+		st  sim.Stats
+		err error
+	}
+	simDone := make(chan simResult, 1)
+	go func() {
+		st, err := sim.Run(simCtx, sim.Options{
+			URL:           "mqtt://" + brk.addr,
+			Market:        Market,
+			Couriers:      o.Couriers,
+			Seed:          o.Seed,
+			DuplicateRate: o.DuplicateRate,
+			BadRate:       o.BadRate,
+			ClientID:      "edgeproc-demo-fleet",
+			Fleet:         fleetTweaks(),
+			DrainTimeout:  5 * time.Second,
+		}, log.With("component", "sim"))
+		simDone <- simResult{st, err}
+	}()
+
+	var deadline <-chan time.Time
+	if o.Duration > 0 {
+		t := time.NewTimer(o.Duration)
+		defer t.Stop()
+		deadline = t.C
+	}
+	tick := time.NewTicker(o.TallyEvery)
+	defer tick.Stop()
+	var runErr error
+	simFinished := false
+	var simRes simResult
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case <-deadline:
+			break loop
+		case now := <-tick.C:
+			out.tally(now, brokerNote(brk))
+		case err := <-svcDone:
+			runErr = fmt.Errorf("demo: processor stopped: %w", err)
+			if err == nil {
+				runErr = errors.New("demo: processor stopped unexpectedly")
+			}
+			svcDone <- err // for stopService
+			break loop
+		case simRes = <-simDone:
+			simFinished = true
+			if simRes.err != nil {
+				runErr = fmt.Errorf("demo: %w", simRes.err)
+			}
+			break loop
+		}
+	}
+
+	// Stop in pipeline order: no new positions, then the processor
+	// flushes what it holds, then the feed takes the last results.
+	stopSim()
+	if !simFinished {
+		simRes = <-simDone
+		if simRes.err != nil {
+			runErr = errors.Join(runErr, fmt.Errorf("demo: %w", simRes.err))
+		}
+	}
+	tot.Sim = simRes.st
+	runErr = errors.Join(runErr, stopService())
+	runErr = errors.Join(runErr, drain(sub))
+	out.tally(time.Now(), brokerNote(brk))
+	inflight, msgs := brk.dropped()
+	out.println(fmt.Sprintf("totals: %s; fleet %s; broker dropped %d in-flight, %d messages",
+		totalsLine(out.totals()), simRes.st, inflight, msgs))
+	return tot, runErr
+}
+
+// waitSubscribed waits until the broker has a subscription (the processor's)
+// or the processor exits, ctx ends or subscribeTimeout passes.
+func waitSubscribed(ctx context.Context, brk *broker, svcDone chan error) error {
+	deadline := time.NewTimer(subscribeTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for brk.subscriptions() == 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-svcDone:
+			svcDone <- err // for stopService
+			if err == nil {
+				return errors.New("processor exited before subscribing")
+			}
+			return fmt.Errorf("processor: %w", err)
+		case <-deadline.C:
+			return fmt.Errorf("processor did not subscribe to the broker within %s", subscribeTimeout)
+		case <-tick.C:
+		}
+	}
+	return nil
+}
+
+// drain delivers the results already received to the feed, then
+// unsubscribes.
+func drain(sub *nats.Subscription) error {
+	if err := sub.Drain(); err != nil {
+		return fmt.Errorf("demo: drain result subscription: %w", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for sub.IsValid() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return nil
+}
+
+func brokerNote(b *broker) string {
+	inflight, msgs := b.dropped()
+	if inflight == 0 && msgs == 0 {
+		return ""
+	}
+	return fmt.Sprintf("broker dropped %d in-flight, %d messages", inflight, msgs)
+}
+
+func totalsLine(t [len(types)]uint64) string {
+	s := ""
+	for i, name := range types {
+		if i > 0 {
+			s += ", "
+		}
+		s += fmt.Sprintf("%s %d", name, t[i])
+	}
+	return s
+}
+
+// printBanner says what runs where, with commands to watch it from outside.
+func printBanner(f *feed, o Options, a Addrs) {
+	until := "Ctrl-C"
+	if o.Duration > 0 {
+		until = o.Duration.String()
+	}
+	f.println(fmt.Sprintf(`edgeproc demo: %d simulated couriers (seed %d) -> MQTT -> edgeproc -> NATS JetStream, until %s
+  windows: distance 20s sliding every 10s, no-signal gap 15s, tolerated delay 3s
+  watch the positions:  mosquitto_sub -h 127.0.0.1 -p %s -t 'km0/%s/positions/#' -v
+  watch the results:    nats sub -s %s 'delivery.dashboard.>'
+  metrics:              http://%s/metrics
+`, o.Couriers, o.Seed, until, port(a.MQTT), Market, a.NATS, a.HTTP))
+}
+
+// port returns the port of a host:port.
+func port(hostport string) string {
+	_, p, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return hostport
+	}
+	return p
+}

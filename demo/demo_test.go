@@ -1,0 +1,258 @@
+package demo
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// syncBuffer is a bytes.Buffer safe for the demo's concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// typeCounter counts result types seen on NATS.
+type typeCounter struct {
+	mu     sync.Mutex
+	counts map[string]int
+	all    chan struct{} // closed once every type was seen
+}
+
+func (c *typeCounter) add(data []byte) {
+	var r struct {
+		Type string `json:"type"`
+	}
+	if json.Unmarshal(data, &r) != nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.counts[r.Type]++
+	for _, typ := range types {
+		if c.counts[typ] == 0 {
+			return
+		}
+	}
+	select {
+	case <-c.all:
+	default:
+		close(c.all)
+	}
+}
+
+func (c *typeCounter) snapshot() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := make(map[string]int, len(c.counts))
+	for k, v := range c.counts {
+		m[k] = v
+	}
+	return m
+}
+
+func assertLoopback(t *testing.T, what, hostport string) {
+	t.Helper()
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil || host != "127.0.0.1" {
+		t.Errorf("%s listens on %q, want 127.0.0.1:PORT", what, hostport)
+	}
+}
+
+func TestRun_EveryResultTypeReachesNATS(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	counter := &typeCounter{counts: map[string]int{}, all: make(chan struct{})}
+	ready := make(chan Addrs, 1)
+	var out syncBuffer
+
+	type result struct {
+		tot Totals
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		tot, err := Run(ctx, Options{Out: &out, Ready: func(a Addrs) { ready <- a }})
+		done <- result{tot, err}
+	}()
+
+	var addrs Addrs
+	select {
+	case addrs = <-ready:
+	case r := <-done:
+		t.Fatalf("Run returned before it was ready: %v", r.err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("demo not ready within 60s")
+	}
+	assertLoopback(t, "MQTT broker", addrs.MQTT)
+	assertLoopback(t, "HTTP endpoint", addrs.HTTP)
+	u, err := url.Parse(addrs.NATS)
+	if err != nil || u.Scheme != "nats" {
+		t.Fatalf("NATS URL %q: want nats://127.0.0.1:PORT", addrs.NATS)
+	}
+	assertLoopback(t, "NATS server", u.Host)
+	assertLoopbackOnly(t, os.Getpid())
+
+	// An outside consumer, as a dashboard would be.
+	nc, err := nats.Connect(addrs.NATS)
+	if err != nil {
+		t.Fatalf("connect to %s: %v", addrs.NATS, err)
+	}
+	defer nc.Close()
+	if _, err := nc.Subscribe("delivery.>", func(m *nats.Msg) { counter.add(m.Data) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	select {
+	case <-counter.all:
+	case r := <-done:
+		t.Fatalf("Run returned early: %v; seen %v", r.err, counter.snapshot())
+	case <-time.After(90 * time.Second):
+		t.Fatalf("within 90s got results %v, want every type of %v", counter.snapshot(), types)
+	}
+
+	cancel()
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not return within 20s of cancel")
+	}
+	if r.err != nil {
+		t.Fatalf("Run: got %v, want nil after cancel", r.err)
+	}
+	if r.tot.Sim.Sent == 0 || r.tot.Sim.Acked != r.tot.Sim.Sent || r.tot.Sim.Errors != 0 {
+		t.Errorf("fleet: got %s, want every message acked", r.tot.Sim)
+	}
+	if r.tot.InflightDropped != 0 || r.tot.MessagesDropped != 0 {
+		t.Errorf("broker dropped %d in-flight, %d messages; want 0", r.tot.InflightDropped, r.tot.MessagesDropped)
+	}
+	// The demo's own feed saw at least what the outside consumer saw
+	// before the cancel.
+	seen := counter.snapshot()
+	for _, typ := range types {
+		if got := r.tot.Results[typ]; got == 0 || got < uint64(seen[typ]) {
+			t.Errorf("feed counted %d %s results, want >= %d (seen on NATS)", got, typ, seen[typ])
+		}
+	}
+	text := out.String()
+	for _, want := range []string{
+		"mosquitto_sub -h 127.0.0.1 -p " + port(addrs.MQTT) + " -t 'km0/demo/positions/#' -v",
+		"nats sub -s " + addrs.NATS + " 'delivery.dashboard.>'",
+		"totals: distance ",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	for _, typ := range types {
+		if !regexp.MustCompile(`(?m)^\d\d:\d\d:\d\d ` + typ + ` `).MatchString(text) {
+			t.Errorf("output has no feed line of type %s", typ)
+		}
+	}
+	if strings.Contains(text, "\x1b[") {
+		t.Errorf("output has ANSI colours with Color off")
+	}
+}
+
+// feedLine matches a distance line of the feed (not the banner's mention).
+var feedLine = regexp.MustCompile(`^\d\d:\d\d:\d\d distance +\S+ +\d+ m `)
+
+// TestBinary_SIGINT builds edgeproc and checks that `edgeproc demo` stops
+// cleanly, exit code 0, on Ctrl-C after showing results.
+func TestBinary_SIGINT(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "edgeproc")
+	build := exec.Command("go", "build", "-o", bin, "github.com/km0/edgeproc/cmd/edgeproc")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+
+	cmd := exec.Command(bin, "demo", "--duration", "0")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", bin, err)
+	}
+	exited := make(chan error, 1)
+	var rest syncBuffer
+	firstDistance := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		signalled := false
+		for sc.Scan() {
+			line := sc.Text()
+			rest.Write([]byte(line + "\n"))
+			if !signalled && feedLine.MatchString(line) {
+				signalled = true
+				close(firstDistance)
+			}
+		}
+		exited <- cmd.Wait()
+	}()
+	defer func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+		}
+	}()
+
+	select {
+	case <-firstDistance:
+	case err := <-exited:
+		t.Fatalf("demo exited before its first distance line: %v\nstdout:\n%s\nstderr:\n%s", err, rest.String(), stderr.String())
+	case <-time.After(90 * time.Second):
+		t.Fatalf("no distance line within 90s\nstdout:\n%s\nstderr:\n%s", rest.String(), stderr.String())
+	}
+	assertLoopbackOnly(t, cmd.Process.Pid)
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatalf("send SIGINT: %v", err)
+	}
+	select {
+	case err := <-exited:
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("got exit code %d, want 0\nstderr:\n%s", ee.ExitCode(), stderr.String())
+		}
+		if err != nil {
+			t.Fatalf("wait: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("demo still running 30s after SIGINT\nstderr:\n%s", stderr.String())
+	}
+	if !strings.Contains(rest.String(), "totals: ") {
+		t.Errorf("no totals line after SIGINT; stdout:\n%s", rest.String())
+	}
+}
