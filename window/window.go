@@ -114,9 +114,14 @@ func (d *Distance) Insert(s Spec, f geo.Filter, x geo.Fix) {
 		seg = f.Segment(d.pred, x)
 	}
 	if n == cap(d.fixes) {
-		// Grow by an eighth, not double: this slice is most of a courier's
-		// retained memory, and its length is steady once the courier is.
-		grown := make([]geo.Fix, n, n+max(4, n/8))
+		// Double while small, then grow by an eighth: this slice is most of
+		// a courier's retained memory, and its length is steady once the
+		// courier is.
+		c := max(8, 2*n)
+		if n >= 64 {
+			c = n + n/8
+		}
+		grown := make([]geo.Fix, n, c)
 		copy(grown, d.fixes)
 		d.fixes = grown
 	}
