@@ -19,8 +19,11 @@ go vet ./...
 go test -race -count=1 -timeout 20m ./...
 
 # Fuzz targets, briefly (go test -fuzz takes one target and one package at a time).
-fuzz() { go test -run '^$' -fuzz "^$2\$" -fuzztime "${FUZZTIME:-15s}" "$1"; }
+fuzz() { go test -run '^$' -fuzz "^$2\$" -fuzztime "${FUZZTIME:-10s}" "$1"; }
 fuzz ./position FuzzDecode
 fuzz ./position FuzzDecodeFields
 fuzz ./replay FuzzReplay
 fuzz ./config FuzzParse
+fuzz ./engine FuzzRestore
+fuzz ./wal FuzzDecodeFrame
+fuzz ./wal FuzzFrameRoundTrip
