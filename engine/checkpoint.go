@@ -145,7 +145,7 @@ func Restore(cfg Config, sink Sink, snapshot []byte) (*Engine, uint64, error) {
 		n := r.Count(4)
 		for i := 0; i < n && r.Err() == nil; i++ {
 			c := &courier{name: r.String(), latest: r.Int(), timer: tmath.Never}
-			if err := c.dist.ReadState(e.params.spec, e.params.filter, r); err != nil {
+			if err := c.dist.ReadState(e.params.spec, r); err != nil {
 				e.Stop()
 				return nil, 0, fmt.Errorf("%w: courier %q: %v", ErrSnapshotCorrupt, c.name, err)
 			}

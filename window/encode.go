@@ -7,8 +7,9 @@ import (
 	"github.com/km0/edgeproc/internal/wire"
 )
 
-// AppendState appends d's state for a checkpoint. Pane sums are not
-// stored: they are a function of the fixes and are rebuilt on decode.
+// AppendState appends d's state for a checkpoint. Pane sums are stored as
+// they are, bit for bit: recomputing them in another order could change the
+// last digits of a window's distance after a restore.
 func (d *Distance) AppendState(b []byte) []byte {
 	b = wire.AppendInt(b, d.fired)
 	b = wire.AppendBool(b, d.hasPred)
@@ -18,6 +19,9 @@ func (d *Distance) AppendState(b []byte) []byte {
 	b = wire.AppendUint(b, uint64(len(d.fixes)))
 	for _, x := range d.fixes {
 		b = appendFix(b, x)
+	}
+	for _, p := range d.panes {
+		b = wire.AppendFloat(b, p.sum)
 	}
 	return b
 }
@@ -34,7 +38,7 @@ func readFix(r *wire.Reader) geo.Fix {
 }
 
 // ReadState restores d from what AppendState wrote.
-func (d *Distance) ReadState(s Spec, f geo.Filter, r *wire.Reader) error {
+func (d *Distance) ReadState(s Spec, r *wire.Reader) error {
 	*d = Distance{fired: r.Int()}
 	if d.hasPred = r.Bool(); d.hasPred {
 		d.pred = readFix(r)
@@ -52,11 +56,11 @@ func (d *Distance) ReadState(s Spec, f geo.Filter, r *wire.Reader) error {
 		p := d.paneOf(x.TS / s.pane)
 		d.panes[p].n++
 	}
+	for p := range d.panes { // one per pane, in order, as the fixes rebuilt them
+		d.panes[p].sum = r.Float()
+	}
 	if err := r.Err(); err != nil {
 		return fmt.Errorf("distance state: %w", err)
-	}
-	for p := range d.panes {
-		d.resum(s, f, p)
 	}
 	return nil
 }

@@ -65,7 +65,7 @@ type Window struct {
 
 type pane struct {
 	idx int64   // pane start = idx * Spec.pane
-	sum float64 // segments of the pane's fixes, added in timestamp order
+	sum float64 // segments of the pane's fixes
 	n   int32
 }
 
@@ -131,17 +131,21 @@ func (d *Distance) Insert(s Spec, f geo.Filter, x geo.Fix) {
 
 	p := d.paneOf(x.TS / s.pane)
 	d.panes[p].n++
+	d.panes[p].sum += seg
 	if i == n {
-		d.panes[p].sum += seg
 		return
 	}
-	// Out of order: x takes its own segment and changes its successor's.
-	// Recompute both panes left to right, so a pane's sum never depends on
-	// arrival order.
-	d.resum(s, f, p)
-	if q := d.paneOf(d.fixes[i+1].TS / s.pane); q != p {
-		d.resum(s, f, q)
+	// Out of order: x also replaces its predecessor as its successor's
+	// predecessor, which changes the successor's segment.
+	succ := d.fixes[i+1]
+	var old float64
+	if i > 0 {
+		old = f.Segment(d.fixes[i-1], succ)
+	} else if d.hasPred {
+		old = f.Segment(d.pred, succ)
 	}
+	q := d.paneOf(succ.TS / s.pane)
+	d.panes[q].sum += f.Segment(x, succ) - old
 }
 
 // paneOf returns the index in d.panes of pane idx, adding it if needed.
@@ -161,21 +165,6 @@ func (d *Distance) paneOf(idx int64) int {
 	copy(d.panes[j+1:], d.panes[j:n])
 	d.panes[j] = pane{idx: idx}
 	return j
-}
-
-// resum recomputes the segment sum of pane p from its fixes.
-func (d *Distance) resum(s Spec, f geo.Filter, p int) {
-	start := d.panes[p].idx * s.pane
-	i := d.search(start)
-	var sum float64
-	for ; i < len(d.fixes) && d.fixes[i].TS < start+s.pane; i++ {
-		if i > 0 {
-			sum += f.Segment(d.fixes[i-1], d.fixes[i])
-		} else if d.hasPred {
-			sum += f.Segment(d.pred, d.fixes[i])
-		}
-	}
-	d.panes[p].sum = sum
 }
 
 // NextEnd returns the end of the next window that will fire, if any.
