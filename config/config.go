@@ -157,7 +157,16 @@ type State struct {
 	// CheckpointInterval is how often state is snapshotted (yaml
 	// checkpoint_interval). Default 10s; > 0.
 	CheckpointInterval time.Duration
+	// WALSync is when a write-ahead-log entry counts as durable, hence when
+	// its MQTT ack may go out (yaml wal_sync): "batch" (group commit: one
+	// fsync per batch of up to 1024 entries or 2 ms), "always" (one fsync
+	// per entry, ~1 ms each) or "none" (written to the OS without fsync:
+	// survives kill -9, not a power cut). Default "batch".
+	WALSync string
 }
+
+// WALSyncModes are the accepted values of state.wal_sync.
+var WALSyncModes = []string{"batch", "always", "none"}
 
 // HTTP is the operations endpoint (yaml key http).
 type HTTP struct {
@@ -193,7 +202,7 @@ func Default() Config {
 		},
 		Distance: Distance{MinMoveM: 10, MaxSpeedKmh: 150, StoppedBelowM: 50},
 		Geo:      Geo{H3Resolution: 9},
-		State:    State{CheckpointInterval: 10 * time.Second},
+		State:    State{CheckpointInterval: 10 * time.Second, WALSync: "batch"},
 		HTTP:     HTTP{Listen: "127.0.0.1:9464"},
 	}
 }

@@ -101,6 +101,7 @@ func (d *decoder) decode(r io.Reader, c *Config) {
 		{"state", d.section([]field{
 			{"dir", d.str(&c.State.Dir)},
 			{"checkpoint_interval", d.duration(&c.State.CheckpointInterval)},
+			{"wal_sync", d.str(&c.State.WALSync)},
 		})},
 		{"http", d.section([]field{
 			{"listen", d.str(&c.HTTP.Listen)},

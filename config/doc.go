@@ -40,6 +40,7 @@
 //	state:
 //	  dir: ./state/girona           # default ./state/MARKET; WAL and checkpoints
 //	  checkpoint_interval: 10s      # > 0
+//	  wal_sync: batch               # batch (group commit), always (fsync each) or none (no fsync)
 //	http:
 //	  listen: 127.0.0.1:9464        # host:port with a numeric port
 //

@@ -58,6 +58,9 @@ func (c Config) validate() []*FieldError {
 		v.add("state.dir", "", ErrRequired, "")
 	}
 	v.positive("state.checkpoint_interval", c.State.CheckpointInterval)
+	if !slices.Contains(WALSyncModes, c.State.WALSync) {
+		v.add("state.wal_sync", c.State.WALSync, ErrInvalid, "must be one of "+strings.Join(WALSyncModes, ", "))
+	}
 	v.listen("http.listen", c.HTTP.Listen)
 	return v.errs
 }

@@ -40,6 +40,35 @@ type Snapshot struct {
 	// StreamReady reports whether the market's JetStream stream exists (the
 	// bridge opened it).
 	StreamReady bool
+	// Durability is the write-ahead log and checkpoint state.
+	Durability    Durability
+	HasDurability bool
+}
+
+// Durability is a market's write-ahead log and checkpoint state.
+type Durability struct {
+	// LastCheckpoint is when the newest checkpoint was written (zero: none
+	// yet); the scrape reports its age in seconds.
+	LastCheckpoint time.Time
+	// CheckpointDuration is how long the last checkpoint took, from the
+	// barrier to the file being durable, JetStream flush included.
+	CheckpointDuration time.Duration
+	// CheckpointBytes is the last checkpoint file's size.
+	CheckpointBytes int64
+	// Checkpoints, CheckpointFailures and CheckpointsSkipped count
+	// checkpoints written, failed (flush or write error) and not started
+	// because the previous one was still in progress.
+	Checkpoints, CheckpointFailures, CheckpointsSkipped uint64
+	// WALBytes is the size of the write-ahead log's segment files.
+	WALBytes int64
+	// WALRepairs counts torn or corrupt tails cut at start.
+	WALRepairs uint64
+	// Fsync is the write-ahead log's fsync latency histogram.
+	Fsync HistogramSnapshot
+	// Replayed is the number of log entries replayed at start, and
+	// RecoveryDuration how long loading the checkpoint and replaying took.
+	Replayed         int64
+	RecoveryDuration time.Duration
 }
 
 // Market is one market as the Collector sees it.
@@ -103,12 +132,25 @@ var (
 	dMQTTOut    = desc("mqtt_outstanding", "Messages received and not yet acknowledged.")
 	dMQTTReconn = desc("mqtt_reconnects_total", "MQTT reconnections after the first connection.")
 	dMQTTLost   = desc("mqtt_sessions_lost_total", "Reconnections on which the broker had lost our session.")
+
+	dCkptAge     = desc("checkpoint_age_seconds", "Time since the newest checkpoint was written; absent before the first.")
+	dCkptDur     = desc("checkpoint_duration_seconds", "Duration of the last checkpoint, barrier to durable file, JetStream flush included.")
+	dCkptBytes   = desc("checkpoint_size_bytes", "Size of the last checkpoint file.")
+	dCkpts       = desc("checkpoints_total", "Checkpoints written.")
+	dCkptFail    = desc("checkpoint_failures_total", "Checkpoints abandoned on a JetStream flush or write error.")
+	dCkptSkip    = desc("checkpoints_skipped_total", "Checkpoints not started because the previous one was still in progress.")
+	dWALBytes    = desc("wal_size_bytes", "Size of the write-ahead log's segment files.")
+	dWALRepairs  = desc("wal_repairs_total", "Torn or corrupt write-ahead-log tails cut at start.")
+	dWALFsync    = desc("wal_fsync_seconds", "Write-ahead-log fsync latency.")
+	dReplayed    = desc("recovery_replayed_entries", "Write-ahead-log entries replayed through the engine at start.")
+	dRecoveryDur = desc("recovery_duration_seconds", "Time taken at start to load the checkpoint and replay the write-ahead log.")
 )
 
 var allDescs = []*prometheus.Desc{
 	dReceived, dAccepted, dRejected, dDuplicates, dLate, dResults, dCouriers, dWatermark, dLag, dQueue, dQueueCap,
 	dPublished, dAcked, dBDup, dBErrors, dBRetries, dPending, dKVWrites, dKVErrors, dKVRefused, dNATSUp, dStreamUp,
 	dMQTTUp, dMQTTRecv, dMQTTRedel, dMQTTOut, dMQTTReconn, dMQTTLost,
+	dCkptAge, dCkptDur, dCkptBytes, dCkpts, dCkptFail, dCkptSkip, dWALBytes, dWALRepairs, dWALFsync, dReplayed, dRecoveryDur,
 }
 
 // Describe sends every metric description.
@@ -178,6 +220,23 @@ func (c *Collector) collect(ch chan<- prometheus.Metric, name string, s Snapshot
 		gauge(dMQTTOut, float64(q.Outstanding))
 		counter(dMQTTReconn, float64(q.Reconnects))
 		counter(dMQTTLost, float64(q.SessionsLost))
+	}
+	if s.HasDurability {
+		d := s.Durability
+		if !d.LastCheckpoint.IsZero() {
+			gauge(dCkptAge, max(0, now.Sub(d.LastCheckpoint).Seconds()))
+		}
+		gauge(dCkptDur, d.CheckpointDuration.Seconds())
+		gauge(dCkptBytes, float64(d.CheckpointBytes))
+		counter(dCkpts, float64(d.Checkpoints))
+		counter(dCkptFail, float64(d.CheckpointFailures))
+		counter(dCkptSkip, float64(d.CheckpointsSkipped))
+		gauge(dWALBytes, float64(d.WALBytes))
+		counter(dWALRepairs, float64(d.WALRepairs))
+		h := d.Fsync
+		ch <- prometheus.MustNewConstHistogram(dWALFsync, h.Count, h.Sum, h.Buckets, name)
+		gauge(dReplayed, float64(d.Replayed))
+		gauge(dRecoveryDur, d.RecoveryDuration.Seconds())
 	}
 }
 

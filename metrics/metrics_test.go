@@ -46,6 +46,8 @@ func value(m *dto.Metric) float64 {
 		return m.Counter.GetValue()
 	case m.Gauge != nil:
 		return m.Gauge.GetValue()
+	case m.Histogram != nil:
+		return float64(m.Histogram.GetSampleCount())
 	}
 	return math.NaN()
 }
@@ -139,5 +141,71 @@ func TestCollector_NoGlobalRegistration(t *testing.T) {
 		if got := gather(t, metrics.NewCollector(nil, m)); got["edgeproc_mqtt_connected{market=girona}"] != 0 {
 			t.Fatalf("got mqtt_connected %v, want 0", got["edgeproc_mqtt_connected{market=girona}"])
 		}
+	}
+}
+
+func TestCollector_Durability(t *testing.T) {
+	now := time.UnixMilli(1_000_000)
+	var h metrics.Histogram
+	for _, d := range []time.Duration{50 * time.Microsecond, 2 * time.Millisecond, 3 * time.Second} {
+		h.Observe(d)
+	}
+	m := metrics.Market{Name: "girona", Snapshot: func() metrics.Snapshot {
+		return metrics.Snapshot{HasDurability: true, Durability: metrics.Durability{
+			LastCheckpoint: now.Add(-1500 * time.Millisecond), CheckpointDuration: 250 * time.Millisecond,
+			CheckpointBytes: 4096, Checkpoints: 3, CheckpointFailures: 1, CheckpointsSkipped: 2,
+			WALBytes: 1 << 20, WALRepairs: 1, Fsync: h.Snapshot(), Replayed: 77, RecoveryDuration: 2 * time.Second,
+		}}
+	}}
+	fresh := metrics.Market{Name: "valencia", Snapshot: func() metrics.Snapshot {
+		return metrics.Snapshot{HasDurability: true}
+	}}
+	got := gather(t, metrics.NewCollector(func() time.Time { return now }, m, fresh))
+	cases := []struct {
+		series string
+		want   float64
+	}{
+		{"edgeproc_checkpoint_age_seconds{market=girona}", 1.5},
+		{"edgeproc_checkpoint_duration_seconds{market=girona}", 0.25},
+		{"edgeproc_checkpoint_size_bytes{market=girona}", 4096},
+		{"edgeproc_checkpoints_total{market=girona}", 3},
+		{"edgeproc_checkpoint_failures_total{market=girona}", 1},
+		{"edgeproc_checkpoints_skipped_total{market=girona}", 2},
+		{"edgeproc_wal_size_bytes{market=girona}", 1 << 20},
+		{"edgeproc_wal_repairs_total{market=girona}", 1},
+		{"edgeproc_wal_fsync_seconds{market=girona}", 3},
+		{"edgeproc_recovery_replayed_entries{market=girona}", 77},
+		{"edgeproc_recovery_duration_seconds{market=girona}", 2},
+	}
+	for _, c := range cases {
+		if v, ok := got[c.series]; !ok || v != c.want {
+			t.Errorf("%s: got %v (present %v), want %v", c.series, v, ok, c.want)
+		}
+	}
+	if v, ok := got["edgeproc_checkpoint_age_seconds{market=valencia}"]; ok {
+		t.Errorf("checkpoint age before the first checkpoint: got %v, want absent", v)
+	}
+}
+
+func TestHistogram_Buckets(t *testing.T) {
+	var h metrics.Histogram
+	for _, d := range []time.Duration{0, 100 * time.Microsecond, 101 * time.Microsecond, time.Millisecond, 2 * time.Second} {
+		h.Observe(d)
+	}
+	s := h.Snapshot()
+	tests := []struct {
+		le   float64
+		want uint64
+	}{{0.0001, 2}, {0.00025, 3}, {0.001, 4}, {1, 4}}
+	for _, tt := range tests {
+		if got := s.Buckets[tt.le]; got != tt.want {
+			t.Errorf("bucket le=%v: got %d, want %d", tt.le, got, tt.want)
+		}
+	}
+	if s.Count != 5 {
+		t.Errorf("count: got %d, want 5", s.Count)
+	}
+	if want := 2.001201; math.Abs(s.Sum-want) > 1e-9 {
+		t.Errorf("sum: got %v, want %v", s.Sum, want)
 	}
 }

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -16,14 +17,17 @@ import (
 	"github.com/km0/edgeproc/metrics"
 	"github.com/km0/edgeproc/mqtt"
 	"github.com/km0/edgeproc/result"
+	"github.com/km0/edgeproc/wal"
 )
 
 const (
-	// queueCap bounds the messages received and not yet pushed. When it is
-	// full the MQTT handler blocks, paho stops reading, and the broker keeps
-	// the rest in the session queue (it stops at Receive Maximum).
+	// queueCap bounds the durable log entries waiting for the engine. When
+	// it is full the log's goroutine waits, the log's own bound (4 × its
+	// MaxBatch) then blocks Append in the MQTT handler, paho stops reading,
+	// and the broker keeps the rest in the session queue (it stops at
+	// Receive Maximum).
 	queueCap = 1024
-	// tickEvery is how often the idle-source rule is applied on the wall
+	// tickEvery is how often the idle-source rule is considered on the wall
 	// clock.
 	tickEvery = 100 * time.Millisecond
 	// openRetryMax caps the delay between two attempts to open the stream
@@ -33,30 +37,48 @@ const (
 	setupTimeout = 10 * time.Second
 )
 
-// arrived is a received message stamped with its arrival time.
-type arrived struct {
+// durable is a write-ahead-log entry that is on disk, on its way to the
+// engine: a message (msg set, acked once pushed) or an idle tick (msg nil).
+type durable struct {
+	index   uint64
+	arrival int64 // ms
 	msg     *mqtt.Message
-	arrival int64 // ms, wall clock at receipt
+	err     error // the log could not make the entry durable
 }
 
-// market runs one configured market: MQTT source → bounded queue → one
-// ingest goroutine owning the engine → sink → bridge.
+// market runs one configured market: MQTT source → write-ahead log → one
+// ingest goroutine owning the engine → sink → bridge, and a checkpointer.
 type market struct {
 	cfg  config.Config
 	log  *slog.Logger
 	deps *Deps
 	nc   *nats.Conn
 
-	in         chan arrived
-	stopIntake chan struct{} // closed at shutdown: the handler stops queueing
+	// in carries durable entries, in log index order, from the log's
+	// goroutine to the ingest goroutine. Closed at shutdown once the log
+	// has nothing more to hand over.
+	in chan durable
+	// stopIntake is closed at shutdown: the ticker goroutine stops.
+	stopIntake chan struct{}
 
 	br  atomic.Pointer[bridge.Bridge]
 	src atomic.Pointer[mqtt.Source]
 	eng atomic.Pointer[engine.Engine]
+	wal atomic.Pointer[wal.Log]
+
+	// appendMu orders appends (MQTT handler, idle ticker) and owns the
+	// processing clock, so arrivals never decrease in log order.
+	appendMu sync.Mutex
+	clock    int64 // ms, the latest arrival appended
+	lastMsg  int64 // ms, the arrival of the latest message (not tick)
+	stopped  bool  // intake has stopped: nothing more is appended
 
 	// Owned by the ingest goroutine.
-	clock int64 // the processing clock handed to the engine, never decreasing
-	line  int64 // inputs pushed by this process
+	applied  uint64 // the last log index handed to the engine
+	ckptTag  uint64 // the tag of the last checkpoint started
+	fatalErr error
+
+	ckpt ckptState
 
 	// Owned by the engine's merger goroutine (the sink).
 	buf      []byte
@@ -72,9 +94,10 @@ func newMarket(cfg config.Config, nc *nats.Conn, deps *Deps) *market {
 		log:        deps.Log.With("market", cfg.Market),
 		deps:       deps,
 		nc:         nc,
-		in:         make(chan arrived, queueCap),
+		in:         make(chan durable, queueCap),
 		stopIntake: make(chan struct{}),
 		errLog:     rateLog{every: 5 * time.Second},
+		ckpt:       ckptState{jobs: make(chan ckptJob, 1)},
 	}
 }
 
@@ -90,6 +113,9 @@ func (m *market) snapshot() metrics.Snapshot {
 	if src := m.src.Load(); src != nil {
 		s.MQTT, s.HasMQTT = src.Stats(), true
 	}
+	if l := m.wal.Load(); l != nil {
+		s.Durability, s.HasDurability = m.ckpt.metrics(l.Stats()), true
+	}
 	return s
 }
 
@@ -101,9 +127,12 @@ func (m *market) ready() bool {
 }
 
 // run starts the market and keeps it running until ctx ends, then shuts it
-// down: intake stops, the engine hands over what it has, and the bridge
-// waits (at most drain) for the acks of every result.
+// down: intake stops, every entry already in the write-ahead log reaches
+// the engine, the engine hands over what it has, the bridge waits (at most
+// drain) for the acks of every result, a final checkpoint is written, and
+// the log is closed.
 func (m *market) run(ctx context.Context, drain time.Duration) error {
+	m.warnDuplicateWindow()
 	br, err := m.openBridge(ctx)
 	if err != nil || br == nil {
 		return err // nil error: ctx ended before NATS was ever reachable
@@ -122,58 +151,104 @@ func (m *market) run(ctx context.Context, drain time.Duration) error {
 	// The bridge coalesces positions per courier and computes the cell
 	// when it writes, so this stays a map lookup per position.
 	ecfg.OnPosition = br.UpdatePosition
-	eng := engine.New(ecfg, m.sink)
-	m.eng.Store(eng)
 
+	eng, err := m.recover(ecfg)
+	if err != nil {
+		closeCtx, cancel := context.WithTimeout(context.Background(), drain)
+		defer cancel()
+		_ = br.Close(closeCtx)
+		return fmt.Errorf("market %s: recover: %w", m.cfg.Market, err)
+	}
+	m.eng.Store(eng)
+	log := m.wal.Load()
+
+	// failCtx ends the market on a write-ahead-log failure: nothing can be
+	// acknowledged any more.
+	runCtx, fail := context.WithCancel(ctx)
+	defer fail()
+	ckptDone := make(chan struct{})
+	go func() {
+		defer close(ckptDone)
+		m.checkpointer(runCtx, br, log)
+	}()
 	ingestDone := make(chan struct{})
 	go func() {
 		defer close(ingestDone)
-		m.ingest(eng)
+		m.ingest(eng, fail)
+	}()
+	tickDone := make(chan struct{})
+	go func() {
+		defer close(tickDone)
+		m.ticker()
 	}()
 
 	url := m.cfg.MQTT.URL
 	if url == Embedded {
 		url = m.deps.MQTTURL
 	}
-	src, err := mqtt.Start(ctx, mqtt.Config{
+	src, err := mqtt.Start(runCtx, mqtt.Config{
 		URL: url, Topic: m.cfg.MQTT.Topic, ClientID: m.cfg.MQTT.ClientID,
 		Username: m.cfg.MQTT.Username, Password: m.cfg.MQTT.Password(),
 		CAFile: m.cfg.MQTT.CAFile, SessionExpiry: m.cfg.MQTT.SessionExpiry,
 	}, m.log, m.handle)
 	if err != nil {
-		close(m.stopIntake)
-		<-ingestDone
-		closeCtx, cancel := context.WithTimeout(context.Background(), drain)
-		defer cancel()
-		_ = br.Close(closeCtx)
-		return fmt.Errorf("market %s: start mqtt: %w", m.cfg.Market, err)
+		err = fmt.Errorf("market %s: start mqtt: %w", m.cfg.Market, err)
+	} else {
+		m.src.Store(src)
+		m.log.Info("market running", "mqtt", url, "topic", m.cfg.MQTT.Topic, "stream", br.Config().Stream)
+		<-runCtx.Done()
 	}
-	m.src.Store(src)
-	m.log.Info("market running", "mqtt", url, "topic", m.cfg.MQTT.Topic, "stream", br.Config().Stream)
 
-	<-ctx.Done()
 	start := time.Now()
 	// Past the drain deadline a result that cannot be published is given up
-	// (counted and logged): shutdown must end even if NATS never returns.
+	// (counted and logged, and no checkpoint is written past it): shutdown
+	// must end even if NATS never returns.
 	stopPub := time.AfterFunc(drain, cancelPub)
 	defer stopPub.Stop()
-
-	close(m.stopIntake)
-	<-ingestDone // engine stopped: every result it had is with the bridge
 	closeCtx, cancel := context.WithDeadline(context.Background(), start.Add(drain))
 	defer cancel()
-	// Acks given so far get their last flush here; queued messages that
-	// were never pushed stay unacked and are redelivered next time.
-	srcErr := src.Close(closeCtx)
+
+	// Intake stops: a handler blocked in Append finishes, later ones return
+	// without acking (the broker redelivers after the restart).
+	m.appendMu.Lock()
+	m.stopped = true
+	m.appendMu.Unlock()
+	close(m.stopIntake)
+	<-tickDone
+	// Every appended entry made durable and handed to the ingest goroutine,
+	// which pushes them all, takes the final snapshot and stops the engine.
+	syncErr := log.Sync()
+	close(m.in)
+	<-ingestDone
+	<-ckptDone
+
+	var srcErr error
+	if src != nil {
+		// Acks given so far get their last flush here.
+		srcErr = src.Close(closeCtx)
+	}
+	ckErr := m.finalCheckpoint(closeCtx, br, log)
 	brErr := br.Close(closeCtx)
+	walErr := log.Close()
 	if n := m.lost.Load(); n > 0 {
-		m.log.Error("results not handed to NATS before the shutdown deadline", "lost", n)
+		m.log.Error("results not handed to NATS before the shutdown deadline; the write-ahead log keeps their inputs for the next start", "lost", n)
 	}
 	m.log.Info("market stopped", "took", time.Since(start).Round(time.Millisecond))
-	if srcErr != nil || brErr != nil {
-		return fmt.Errorf("market %s: shutdown: mqtt: %v; nats: %w", m.cfg.Market, srcErr, brErr)
+	if err == nil && m.fatalErr != nil {
+		err = fmt.Errorf("market %s: %w", m.cfg.Market, m.fatalErr)
 	}
-	return nil
+	if err == nil && (srcErr != nil || brErr != nil) {
+		err = fmt.Errorf("market %s: shutdown: mqtt: %v; nats: %w", m.cfg.Market, srcErr, brErr)
+	}
+	return errors.Join(err, wrapErr(m.cfg.Market, "sync write-ahead log", syncErr), ckErr,
+		wrapErr(m.cfg.Market, "close write-ahead log", walErr))
+}
+
+func wrapErr(market, what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("market %s: %s: %w", market, what, err)
 }
 
 // openBridge creates the stream and bucket, retrying while NATS is
@@ -208,71 +283,132 @@ func (m *market) openBridge(ctx context.Context) (*bridge.Bridge, error) {
 	}
 }
 
-// handle is the MQTT handler: it stamps the arrival and queues the
-// message, blocking while the queue is full (backpressure).
+// handle is the MQTT handler: it stamps the arrival and appends the
+// message to the write-ahead log. The message is pushed and acked by the
+// ingest goroutine once the log says it is durable. Append blocks while
+// the log has too much not yet durable (backpressure).
 func (m *market) handle(msg *mqtt.Message) {
-	a := arrived{msg: msg, arrival: m.deps.Clock().UnixMilli()}
-	select {
-	case m.in <- a:
-	case <-m.stopIntake:
-		// Not acked: the broker redelivers it after the restart.
+	m.appendMu.Lock()
+	defer m.appendMu.Unlock()
+	if m.stopped {
+		return // not acked: the broker redelivers it after the restart
 	}
+	m.clock = max(m.clock, m.deps.Clock().UnixMilli())
+	m.lastMsg = m.clock
+	m.appendLocked(wal.Entry{Arrival: m.clock, Topic: msg.Topic, Payload: msg.Payload}, msg)
 }
 
-// ingest owns the engine: it pushes queued messages in arrival order,
-// flushes whenever the queue is momentarily empty (latency over batching),
-// and applies the idle rule on a ticker. At shutdown it stops the engine,
-// which hands every pending result to the sink.
-func (m *market) ingest(eng *engine.Engine) {
+// ticker appends an idle tick to the log every tickEvery while the market
+// has been silent for windows.idle_timeout, so that a recovery replays the
+// idle rule exactly where the live run applied it. Without an idle timeout
+// ticks change nothing and none is logged.
+func (m *market) ticker() {
+	idle := m.cfg.Windows.IdleTimeout.Milliseconds()
+	if idle <= 0 {
+		return
+	}
 	t := time.NewTicker(tickEvery)
 	defer t.Stop()
-	defer eng.Stop()
 	for {
 		select {
 		case <-m.stopIntake:
 			return
-		case a := <-m.in:
-			m.push(eng, a)
+		case <-t.C:
+			m.appendMu.Lock()
+			now := max(m.clock, m.deps.Clock().UnixMilli())
+			if !m.stopped && now-m.lastMsg >= idle {
+				m.clock = now
+				m.appendLocked(wal.Entry{Arrival: now}, nil)
+			}
+			m.appendMu.Unlock()
+		}
+	}
+}
+
+// appendLocked appends e; the done callback, called by the log's goroutine
+// in index order, forwards it to the ingest goroutine. appendMu is held.
+func (m *market) appendLocked(e wal.Entry, msg *mqtt.Message) {
+	arrival := e.Arrival
+	_, err := m.wal.Load().Append(e, func(i uint64, err error) {
+		m.in <- durable{index: i, arrival: arrival, msg: msg, err: err}
+	})
+	if err != nil && !errors.Is(err, wal.ErrClosed) {
+		if ok, n := m.errLog.allow(); ok {
+			m.log.Error("write-ahead log append failed; message not acknowledged", "err", err, "suppressed", n)
+		}
+	}
+}
+
+// ingest owns the engine: it pushes durable log entries in index order and
+// acks their messages, flushes whenever none is waiting (latency over
+// batching), and starts a checkpoint every state.checkpoint_interval. When
+// m.in is closed it takes the final snapshot and stops the engine, which
+// hands every pending result to the sink. fail ends the market when the
+// log reports that an entry could not be made durable.
+func (m *market) ingest(eng *engine.Engine, fail context.CancelFunc) {
+	t := time.NewTicker(m.cfg.State.CheckpointInterval)
+	defer t.Stop()
+	defer eng.Stop()
+	for {
+		select {
+		case d, ok := <-m.in:
+			if !ok {
+				m.snapshotFinal(eng)
+				return
+			}
+			m.apply(eng, d, fail)
 		drain:
 			for {
 				select {
-				case <-m.stopIntake:
-					return
-				case a := <-m.in:
-					m.push(eng, a)
+				case d, ok := <-m.in:
+					if !ok {
+						m.snapshotFinal(eng)
+						return
+					}
+					m.apply(eng, d, fail)
 				default:
 					break drain
 				}
 			}
 			eng.Flush()
 		case <-t.C:
-			eng.Tick(m.advance(m.deps.Clock().UnixMilli()))
+			m.startCheckpoint(eng)
 		}
 	}
 }
 
-// advance moves the processing clock to now unless it is already later
-// (the wall clock may step back; a message may wait in the queue across a
-// tick), and returns it.
-func (m *market) advance(now int64) int64 {
-	m.clock = max(m.clock, now)
-	return m.clock
+// apply hands one durable entry to the engine, then acks its message.
+func (m *market) apply(eng *engine.Engine, d durable, fail context.CancelFunc) {
+	if d.err != nil {
+		// The log failed for good (it fails every later entry too): the
+		// message stays unacked, and the market stops.
+		if m.fatalErr == nil {
+			m.fatalErr = fmt.Errorf("write-ahead log: %w", d.err)
+			m.log.Error("write-ahead log failed; stopping the market", "index", d.index, "err", d.err)
+			fail()
+		}
+		return
+	}
+	if d.msg == nil {
+		eng.Tick(d.arrival)
+	} else {
+		m.push(eng, d.index, d.arrival, d.msg.Topic, d.msg.Payload)
+		d.msg.Ack()
+	}
+	m.applied = d.index
 }
 
-func (m *market) push(eng *engine.Engine, a arrived) {
-	m.line++
+// push hands a logged message to the engine; its log index is the line of
+// a rejected record's key, so that key is the same after a recovery.
+func (m *market) push(eng *engine.Engine, index uint64, arrival int64, topic string, payload []byte) {
 	in := engine.Input{
-		Payload: a.msg.Payload, Topic: a.msg.Topic,
-		Arrival: m.advance(a.arrival), HasArrival: true, Line: m.line,
+		Payload: payload, Topic: topic,
+		Arrival: arrival, HasArrival: true, Line: int64(index),
 	}
 	if m.deps.Record != nil {
 		m.deps.Record(m.cfg.Market, in)
 	}
-	// Write-ahead-log seam: the input (with its arrival) is to be appended
-	// to the WAL here, and the ack given only once it is durable (contract
-	// §8). Until then the ack follows the push.
 	eng.Push(&in)
-	a.msg.Ack()
 }
 
 // sink publishes the engine's results, in order, from the merger

@@ -4,16 +4,47 @@
 //
 // Per market the data path is
 //
-//	MQTT source ─handler─▶ bounded queue (1024) ─▶ ingest goroutine ─▶ engine ─sink─▶ bridge ─▶ JetStream
+//	MQTT handler ─Append─▶ write-ahead log (group commit) ─done, in index order─▶
+//	    bounded channel (1024) ─▶ ingest goroutine ─▶ engine ─sink─▶ bridge ─▶ JetStream
 //
-// One ingest goroutine owns a market's engine: it pushes each message with
-// its arrival time (wall clock at receipt, never decreasing) and a
-// per-process sequence number, acks it, flushes the engine whenever the
-// queue is momentarily empty, and applies the idle-source rule on a 100 ms
-// ticker. Nothing is unbounded: when NATS is slow or away the bridge's
-// in-flight bound blocks the sink, the engine blocks Push, the queue fills,
-// the MQTT handler blocks, and the broker keeps the rest in the session
-// queue (contract §7).
+// The handler stamps each message's arrival (wall clock, never decreasing)
+// and appends it to the market's write-ahead log (state.dir/wal). Only once
+// its batch is fsynced (state.wal_sync) does the log hand it, in index
+// order, to the one ingest goroutine that owns the engine, which pushes it
+// with Line = its log index (the rejected record's key, the same after a
+// recovery) and only then acks it to the broker (contract §8). The engine
+// never sees an input that a recovery could not see again with the same
+// arrival. With windows.idle_timeout > 0, a tick (empty topic, no payload)
+// is logged every 100 ms while the market has been silent that long, and
+// applied like a message, so a recovery reproduces the idle rule.
+//
+// Every state.checkpoint_interval the ingest goroutine sends a barrier
+// through the engine (engine.Checkpoint, tagged with the last log index
+// applied); the snapshot is handed, without blocking, to a checkpointer
+// goroutine (a checkpoint due while one is in progress is skipped). The
+// log after a checkpoint is the outbox of the results emitted since: the
+// checkpointer first waits until JetStream has acked every result emitted
+// up to the barrier (bridge.Flush), then writes the checkpoint atomically
+// (state.dir/checkpoints, package checkpoint) and truncates the log up to
+// the previous checkpoint, which is kept as a fallback. A NATS outage
+// therefore only delays checkpoints; a crash between emission and ack
+// loses nothing: at start the newest good checkpoint is restored, the log
+// after it is replayed through the engine, and the re-derived results are
+// re-published with the same keys, which JetStream's duplicate window
+// drops. Results re-published by a recovery were emitted at most about
+// two checkpoint intervals (one if the newest checkpoint is intact), plus
+// any NATS outage, plus the downtime and replay, before; so
+// nats.duplicate_window must exceed 2 × state.checkpoint_interval +
+// DuplicateWindowMargin, and Run warns at start when it does not. The
+// worst recovery time is the replay of that much log (over 1 M entries/s).
+//
+// Shutdown stops intake, syncs the log and pushes every durable entry,
+// takes a final snapshot, stops the engine, waits (bounded) for the acks,
+// writes the final checkpoint if every result was acked, and closes the
+// log. Nothing is unbounded: when NATS is slow or away the bridge's
+// in-flight bound blocks the sink, the engine blocks Push, the channel
+// fills, the log's own bound blocks Append in the handler, and the broker
+// keeps the rest in the session queue (contract §7).
 //
 // Markets are independent: each has its own engine and watermark, MQTT
 // session, stream, subjects and bucket, so a quiet market never holds back
@@ -68,7 +99,8 @@ type Deps struct {
 	// idle rule. Default time.Now.
 	Clock func() time.Time
 	// Record, when set, is called by a market's ingest goroutine with every
-	// input just before it is pushed, arrival and sequence number filled in
+	// input just before it is pushed (live, and again when a recovery replays
+	// the log), arrival and log index (Line) filled in
 	// (for tests: a replay of the recorded inputs must give the same
 	// results). It must not modify or retain in.Payload beyond the call
 	// unless it copies it; it blocks the market while it runs.

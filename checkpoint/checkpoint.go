@@ -1,0 +1,321 @@
+// Package checkpoint stores a market's engine snapshots on disk, atomically
+// and checked, keeping the previous good one as a fallback.
+//
+// A checkpoint is one file, checkpoint-<tag>.ckpt, where tag is the
+// write-ahead-log index the snapshot reflects (20 decimal digits, so names
+// sort by tag). Its layout, all integers big-endian:
+//
+//	magic   "EDGEPROC-CKPT\n" (14 bytes)
+//	version uint32   file format version, see Version
+//	tag     uint64   WAL index the snapshot reflects
+//	length  uint64   snapshot length in bytes
+//	snapshot         engine.Checkpoint's bytes (they carry their own
+//	                 format version, checked by engine.Restore)
+//	crc     uint32   CRC-32C (Castagnoli) of everything before it
+//
+// Write is atomic: the bytes go to a temporary file in the directory, which
+// is fsynced, renamed to its final name, and the directory fsynced, so a
+// crash at any point leaves either the old set of checkpoints or the new
+// one, never a partial file under a checkpoint name. After a successful
+// Write the store keeps the newest Keep checkpoints and deletes older ones.
+//
+// Load returns the newest checkpoint that checks out. A newest file that is
+// truncated or fails its CRC (a disk fault: the write path cannot produce
+// one) is skipped with a report and the previous one is used; the caller
+// must then still have the write-ahead log from that older tag on (the
+// service truncates the log only up to the previous checkpoint, for this
+// reason). A file of another format version is never skipped silently nor
+// misread: Load fails with ErrVersion.
+package checkpoint
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Version is the checkpoint file format version this build writes and
+// reads.
+const Version = 1
+
+// DefaultKeep is the number of checkpoints kept by default: the newest and
+// the previous good one.
+const DefaultKeep = 2
+
+const (
+	magic      = "EDGEPROC-CKPT\n"
+	headerSize = len(magic) + 4 + 8 + 8
+	trailer    = 4
+	prefix     = "checkpoint-"
+	suffix     = ".ckpt"
+	tmpSuffix  = ".tmp"
+	// maxSnapshot bounds what Read allocates for a length field: a flipped
+	// bit must not make it ask for exabytes.
+	maxSnapshot = 1 << 40
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+var (
+	// ErrVersion is returned for a checkpoint file written in a format
+	// version this build does not read (an older or newer edgeproc).
+	ErrVersion = errors.New("unsupported checkpoint format version")
+	// ErrCorrupt is returned for a checkpoint file that is not one, is
+	// truncated, or fails its CRC.
+	ErrCorrupt = errors.New("corrupt checkpoint")
+)
+
+// Checkpoint is one checkpoint as read or written.
+type Checkpoint struct {
+	// Tag is the write-ahead-log index the snapshot reflects.
+	Tag uint64
+	// Snapshot is the engine's snapshot.
+	Snapshot []byte
+	// Path is the file's path.
+	Path string
+	// Size is the file's size in bytes.
+	Size int64
+}
+
+// Store is a directory of checkpoints. Its methods are not safe for
+// concurrent use; the service has one checkpointer goroutine per market.
+type Store struct {
+	dir  string
+	keep int
+	// beforeRename, when set (tests only), runs after the temporary file is
+	// complete and fsynced, before the rename; an error aborts Write there,
+	// as a crash would.
+	beforeRename func(tmp string) error
+}
+
+// Open opens the checkpoint directory dir, creating it if missing, and
+// checks that it is writable, so that a misconfigured state directory fails
+// at start with its path rather than at the first checkpoint. Stale
+// temporary files of an interrupted Write are removed. keep is how many
+// checkpoints Write leaves; values below 2 mean DefaultKeep.
+func Open(dir string, keep int) (*Store, error) {
+	if keep < 2 {
+		keep = DefaultKeep
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create checkpoint dir %s: %w", dir, err)
+	}
+	probe, err := os.CreateTemp(dir, ".probe-*")
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint dir %s is not writable: %w", dir, err)
+	}
+	name := probe.Name()
+	probe.Close()
+	if err := os.Remove(name); err != nil {
+		return nil, fmt.Errorf("checkpoint dir %s: remove %s: %w", dir, name, err)
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("read checkpoint dir %s: %w", dir, err)
+	}
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), prefix) && strings.HasSuffix(e.Name(), tmpSuffix) {
+			p := filepath.Join(dir, e.Name())
+			if err := os.Remove(p); err != nil {
+				return nil, fmt.Errorf("remove stale %s: %w", p, err)
+			}
+		}
+	}
+	return &Store{dir: dir, keep: keep}, nil
+}
+
+// Dir returns the store's directory.
+func (s *Store) Dir() string { return s.dir }
+
+func (s *Store) path(tag uint64) string {
+	return filepath.Join(s.dir, fmt.Sprintf("%s%020d%s", prefix, tag, suffix))
+}
+
+// Encode returns the file bytes of a checkpoint of snapshot at tag.
+func Encode(tag uint64, snapshot []byte) []byte {
+	b := make([]byte, 0, headerSize+len(snapshot)+trailer)
+	b = append(b, magic...)
+	b = binary.BigEndian.AppendUint32(b, Version)
+	b = binary.BigEndian.AppendUint64(b, tag)
+	b = binary.BigEndian.AppendUint64(b, uint64(len(snapshot)))
+	b = append(b, snapshot...)
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+}
+
+// Decode parses the bytes of a checkpoint file. The returned snapshot
+// aliases b. Errors wrap ErrVersion or ErrCorrupt.
+func Decode(b []byte) (tag uint64, snapshot []byte, err error) {
+	if len(b) < len(magic) || string(b[:len(magic)]) != magic {
+		return 0, nil, fmt.Errorf("%w: not an edgeproc checkpoint (bad magic)", ErrCorrupt)
+	}
+	if len(b) < headerSize+trailer {
+		return 0, nil, fmt.Errorf("%w: truncated: %d bytes, the header alone needs %d", ErrCorrupt, len(b), headerSize+trailer)
+	}
+	// The version is checked before the CRC: a file of another version may
+	// frame its checksum differently, and the operator must learn that it
+	// is a version problem, not damage.
+	if v := binary.BigEndian.Uint32(b[len(magic):]); v != Version {
+		return 0, nil, fmt.Errorf("%w: file format version %d, this edgeproc reads version %d", ErrVersion, v, Version)
+	}
+	tag = binary.BigEndian.Uint64(b[len(magic)+4:])
+	n := binary.BigEndian.Uint64(b[len(magic)+12:])
+	if n > maxSnapshot || uint64(len(b)) != uint64(headerSize)+n+trailer {
+		return 0, nil, fmt.Errorf("%w: truncated or padded: %d bytes, the header announces %d", ErrCorrupt, len(b), uint64(headerSize)+n+trailer)
+	}
+	body := b[:len(b)-trailer]
+	if got, want := crc32.Checksum(body, castagnoli), binary.BigEndian.Uint32(b[len(body):]); got != want {
+		return 0, nil, fmt.Errorf("%w: CRC-32C mismatch (computed %08x, stored %08x)", ErrCorrupt, got, want)
+	}
+	return tag, body[headerSize:], nil
+}
+
+// Read reads and checks the checkpoint file at path.
+func Read(path string) (Checkpoint, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Checkpoint{}, fmt.Errorf("read checkpoint %s: %w", path, err)
+	}
+	tag, snap, err := Decode(b)
+	if err != nil {
+		return Checkpoint{}, fmt.Errorf("checkpoint %s: %w", path, err)
+	}
+	return Checkpoint{Tag: tag, Snapshot: snap, Path: path, Size: int64(len(b))}, nil
+}
+
+// Write stores snapshot as the checkpoint of tag, atomically and durably,
+// then deletes all but the newest Keep checkpoints. A failure (disk full,
+// read-only) leaves the previous checkpoints as they were and is returned
+// naming the path.
+func (s *Store) Write(tag uint64, snapshot []byte) (Checkpoint, error) {
+	final := s.path(tag)
+	tmp := final + tmpSuffix
+	b := Encode(tag, snapshot)
+	if err := writeSync(tmp, b); err != nil {
+		_ = os.Remove(tmp)
+		return Checkpoint{}, err
+	}
+	if s.beforeRename != nil {
+		if err := s.beforeRename(tmp); err != nil {
+			return Checkpoint{}, err
+		}
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		_ = os.Remove(tmp)
+		return Checkpoint{}, fmt.Errorf("rename %s to %s: %w", tmp, final, err)
+	}
+	if err := syncDir(s.dir); err != nil {
+		return Checkpoint{}, err
+	}
+	if err := s.prune(); err != nil {
+		return Checkpoint{}, err
+	}
+	return Checkpoint{Tag: tag, Snapshot: snapshot, Path: final, Size: int64(len(b))}, nil
+}
+
+func writeSync(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", path, err)
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("fsync %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", path, err)
+	}
+	return nil
+}
+
+// syncDir makes a rename or removal in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("open dir %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("fsync dir %s: %w", dir, err)
+	}
+	return nil
+}
+
+// tags lists the checkpoint tags present, newest first.
+func (s *Store) tags() ([]uint64, error) {
+	ents, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, fmt.Errorf("read checkpoint dir %s: %w", s.dir, err)
+	}
+	var tags []uint64
+	for _, e := range ents {
+		n := e.Name()
+		if !e.Type().IsRegular() || !strings.HasPrefix(n, prefix) || !strings.HasSuffix(n, suffix) {
+			continue
+		}
+		t, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(n, prefix), suffix), 10, 64)
+		if err != nil {
+			continue // not one of ours
+		}
+		tags = append(tags, t)
+	}
+	sort.Slice(tags, func(i, j int) bool { return tags[i] > tags[j] })
+	return tags, nil
+}
+
+func (s *Store) prune() error {
+	tags, err := s.tags()
+	if err != nil {
+		return err
+	}
+	if len(tags) <= s.keep {
+		return nil
+	}
+	for _, t := range tags[s.keep:] {
+		if err := os.Remove(s.path(t)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove old checkpoint %s: %w", s.path(t), err)
+		}
+	}
+	return syncDir(s.dir)
+}
+
+// Load returns the newest checkpoint that checks out, and ok false when
+// there is none (a fresh state directory). skipped describes each newer
+// file that was corrupt and passed over, for the caller to log. A file of
+// another format version fails Load with an error wrapping ErrVersion: an
+// older fallback would silently replay an older state.
+func (s *Store) Load() (c Checkpoint, ok bool, skipped []error, err error) {
+	tags, err := s.tags()
+	if err != nil {
+		return Checkpoint{}, false, nil, err
+	}
+	for _, t := range tags {
+		c, err := Read(s.path(t))
+		switch {
+		case err == nil:
+			if c.Tag != t {
+				skipped = append(skipped, fmt.Errorf("checkpoint %s: %w: holds tag %d, its name says %d", c.Path, ErrCorrupt, c.Tag, t))
+				continue
+			}
+			return c, true, skipped, nil
+		case errors.Is(err, ErrVersion):
+			return Checkpoint{}, false, skipped, fmt.Errorf("%w; move the state directory aside to start empty, or run the edgeproc version that wrote it", err)
+		default:
+			skipped = append(skipped, err)
+		}
+	}
+	if len(skipped) > 0 {
+		return Checkpoint{}, false, skipped, fmt.Errorf("no usable checkpoint in %s: %w", s.dir, errors.Join(skipped...))
+	}
+	return Checkpoint{}, false, nil, nil
+}

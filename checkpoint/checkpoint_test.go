@@ -1,0 +1,266 @@
+package checkpoint
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func mustStore(tb testing.TB) *Store {
+	tb.Helper()
+	s, err := Open(filepath.Join(tb.TempDir(), "ckpt"), 0)
+	if err != nil {
+		tb.Fatalf("Open: %v", err)
+	}
+	return s
+}
+
+func mustWrite(tb testing.TB, s *Store, tag uint64, snap []byte) Checkpoint {
+	tb.Helper()
+	c, err := s.Write(tag, snap)
+	if err != nil {
+		tb.Fatalf("Write(%d): %v", tag, err)
+	}
+	return c
+}
+
+func files(tb testing.TB, dir string) []string {
+	tb.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+func TestWriteLoad_RoundTrip(t *testing.T) {
+	tests := []struct {
+		name string
+		tag  uint64
+		snap []byte
+	}{
+		{"empty snapshot", 0, nil},
+		{"small", 7, []byte("EDGEPROC-STATE\nhello")},
+		{"large tag", 1<<63 + 5, bytes.Repeat([]byte{0, 1, 2, 0xff}, 100_000)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := mustStore(t)
+			w := mustWrite(t, s, tt.tag, tt.snap)
+			if want := int64(headerSize + len(tt.snap) + trailer); w.Size != want {
+				t.Errorf("Write size: got %d, want %d", w.Size, want)
+			}
+			c, ok, skipped, err := s.Load()
+			if err != nil || !ok || len(skipped) != 0 {
+				t.Fatalf("Load: got ok %v, skipped %v, err %v; want ok, nothing skipped", ok, skipped, err)
+			}
+			if c.Tag != tt.tag || !bytes.Equal(c.Snapshot, tt.snap) || c.Path != w.Path || c.Size != w.Size {
+				t.Errorf("Load: got tag %d, %d bytes at %s (size %d); want tag %d, %d bytes at %s (size %d)",
+					c.Tag, len(c.Snapshot), c.Path, c.Size, tt.tag, len(tt.snap), w.Path, w.Size)
+			}
+		})
+	}
+}
+
+func TestLoad_EmptyDirHasNone(t *testing.T) {
+	s := mustStore(t)
+	_, ok, skipped, err := s.Load()
+	if ok || err != nil || skipped != nil {
+		t.Errorf("Load of an empty dir: got ok %v, skipped %v, err %v; want none and no error", ok, skipped, err)
+	}
+}
+
+func TestWrite_KeepsNewestTwo(t *testing.T) {
+	s := mustStore(t)
+	for tag := uint64(1); tag <= 5; tag++ {
+		mustWrite(t, s, tag*10, []byte{byte(tag)})
+	}
+	got := strings.Join(files(t, s.Dir()), " ")
+	want := "checkpoint-00000000000000000040.ckpt checkpoint-00000000000000000050.ckpt"
+	if got != want {
+		t.Errorf("files after 5 writes: got %q, want %q", got, want)
+	}
+	c, _, _, err := s.Load()
+	if err != nil || c.Tag != 50 {
+		t.Errorf("Load: got tag %d, err %v; want 50", c.Tag, err)
+	}
+}
+
+// corrupt applies f to the newest checkpoint file's bytes.
+func corrupt(tb testing.TB, path string, f func([]byte) []byte) {
+	tb.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(path, f(b), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+func TestDecode_RefusesDamageAndForeignVersions(t *testing.T) {
+	good := Encode(42, []byte("snapshot bytes"))
+	tests := []struct {
+		name    string
+		mutate  func([]byte) []byte
+		wantErr error
+		wantMsg string
+	}{
+		{"bad magic", func(b []byte) []byte { b[0] = 'X'; return b }, ErrCorrupt, "bad magic"},
+		{"empty file", func([]byte) []byte { return nil }, ErrCorrupt, "bad magic"},
+		{"header only partly written", func(b []byte) []byte { return b[:len(magic)+3] }, ErrCorrupt, "truncated"},
+		{"truncated snapshot", func(b []byte) []byte { return b[:len(b)-6] }, ErrCorrupt, "truncated"},
+		{"trailing garbage", func(b []byte) []byte { return append(b, 0) }, ErrCorrupt, "truncated or padded"},
+		{"flipped snapshot bit", func(b []byte) []byte { b[headerSize+2] ^= 0x10; return b }, ErrCorrupt, "CRC-32C mismatch"},
+		{"flipped tag bit", func(b []byte) []byte { b[len(magic)+4+7] ^= 1; return b }, ErrCorrupt, "CRC-32C mismatch"},
+		{"newer version", func(b []byte) []byte {
+			binary.BigEndian.PutUint32(b[len(magic):], Version+1)
+			return b
+		}, ErrVersion, "file format version 2, this edgeproc reads version 1"},
+		{"version zero", func(b []byte) []byte {
+			binary.BigEndian.PutUint32(b[len(magic):], 0)
+			return b
+		}, ErrVersion, "file format version 0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := tt.mutate(bytes.Clone(good))
+			_, _, err := Decode(b)
+			if !errors.Is(err, tt.wantErr) || !strings.Contains(err.Error(), tt.wantMsg) {
+				t.Errorf("Decode: got %v, want %v saying %q", err, tt.wantErr, tt.wantMsg)
+			}
+		})
+	}
+}
+
+func TestLoad_FallsBackWhenNewestIsCorrupt(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func([]byte) []byte
+	}{
+		{"bad crc", func(b []byte) []byte { b[len(b)-1] ^= 0xff; return b }},
+		{"truncated", func(b []byte) []byte { return b[:len(b)/2] }},
+		{"zeroed", func(b []byte) []byte { return make([]byte, len(b)) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := mustStore(t)
+			mustWrite(t, s, 10, []byte("older"))
+			newest := mustWrite(t, s, 20, []byte("newer"))
+			corrupt(t, newest.Path, tt.mutate)
+			c, ok, skipped, err := s.Load()
+			if err != nil || !ok {
+				t.Fatalf("Load: got ok %v, err %v; want the previous checkpoint", ok, err)
+			}
+			if c.Tag != 10 || string(c.Snapshot) != "older" {
+				t.Errorf("Load: got tag %d %q, want tag 10 \"older\"", c.Tag, c.Snapshot)
+			}
+			if len(skipped) != 1 || !errors.Is(skipped[0], ErrCorrupt) || !strings.Contains(skipped[0].Error(), newest.Path) {
+				t.Errorf("skipped: got %v, want one ErrCorrupt naming %s", skipped, newest.Path)
+			}
+		})
+	}
+}
+
+func TestLoad_AllCorruptIsAnError(t *testing.T) {
+	s := mustStore(t)
+	for _, tag := range []uint64{1, 2} {
+		c := mustWrite(t, s, tag, []byte("x"))
+		corrupt(t, c.Path, func(b []byte) []byte { return b[:5] })
+	}
+	_, ok, skipped, err := s.Load()
+	if ok || !errors.Is(err, ErrCorrupt) || len(skipped) != 2 {
+		t.Errorf("Load: got ok %v, %d skipped, err %v; want an ErrCorrupt error and 2 skipped", ok, len(skipped), err)
+	}
+}
+
+// Starting over from an empty state when the checkpoint is of another
+// version would be silent data loss: Load must refuse, not fall back.
+func TestLoad_RefusesForeignVersionWithoutFallback(t *testing.T) {
+	s := mustStore(t)
+	mustWrite(t, s, 10, []byte("older"))
+	newest := mustWrite(t, s, 20, []byte("newer"))
+	corrupt(t, newest.Path, func(b []byte) []byte {
+		binary.BigEndian.PutUint32(b[len(magic):], 9)
+		return b
+	})
+	_, ok, _, err := s.Load()
+	if ok || !errors.Is(err, ErrVersion) || !strings.Contains(err.Error(), newest.Path) || !strings.Contains(err.Error(), "version 9") {
+		t.Errorf("Load: got ok %v, err %v; want ErrVersion naming %s and version 9", ok, err, newest.Path)
+	}
+}
+
+func TestWrite_CrashBeforeRenameLeavesNoPartialCheckpoint(t *testing.T) {
+	s := mustStore(t)
+	mustWrite(t, s, 10, []byte("older"))
+	crash := errors.New("simulated crash")
+	s.beforeRename = func(tmp string) error {
+		// A crash may also leave the temporary file short.
+		if err := os.Truncate(tmp, 3); err != nil {
+			return err
+		}
+		return crash
+	}
+	if _, err := s.Write(20, []byte("newer")); !errors.Is(err, crash) {
+		t.Fatalf("Write: got %v, want the simulated crash", err)
+	}
+	c, ok, skipped, err := s.Load()
+	if err != nil || !ok || c.Tag != 10 || len(skipped) != 0 {
+		t.Errorf("Load after the crash: got tag %d, ok %v, skipped %v, err %v; want tag 10, nothing skipped", c.Tag, ok, skipped, err)
+	}
+	// A restart removes the leftover temporary file.
+	s2, err := Open(s.Dir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(files(t, s2.Dir()), " "); got != "checkpoint-00000000000000000010.ckpt" {
+		t.Errorf("files after reopening: got %q, want only the tag 10 checkpoint", got)
+	}
+}
+
+func TestOpen_UnusableDirNamesThePath(t *testing.T) {
+	base := t.TempDir()
+	file := filepath.Join(base, "afile")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, dir string
+	}{
+		{"parent is a file", filepath.Join(file, "ckpt")},
+		{"dir is a file", file},
+	}
+	if os.Geteuid() != 0 { // root writes anywhere
+		ro := filepath.Join(base, "ro")
+		if err := os.Mkdir(ro, 0o555); err != nil {
+			t.Fatal(err)
+		}
+		tests = append(tests, struct{ name, dir string }{"read-only", ro})
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Open(tt.dir, 0)
+			if err == nil || !strings.Contains(err.Error(), tt.dir) {
+				t.Errorf("Open(%s): got %v, want an error naming the dir", tt.dir, err)
+			}
+		})
+	}
+}
+
+func TestOpen_CreatesMissingDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "a", "b")
+	if _, err := Open(dir, 0); err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		t.Errorf("got %v, want %s created", err, dir)
+	}
+}

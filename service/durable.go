@@ -1,0 +1,290 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/km0/edgeproc/bridge"
+	"github.com/km0/edgeproc/checkpoint"
+	"github.com/km0/edgeproc/engine"
+	"github.com/km0/edgeproc/metrics"
+	"github.com/km0/edgeproc/wal"
+)
+
+// DuplicateWindowMargin is what nats.duplicate_window must exceed twice
+// state.checkpoint_interval by, at least, for a recovery's re-published
+// results to be dropped as duplicates: it stands for the downtime before
+// the restart plus the replay. Run warns at start when it does not.
+const DuplicateWindowMargin = time.Minute
+
+// Subdirectories of state.dir.
+const (
+	walDir        = "wal"
+	checkpointDir = "checkpoints"
+)
+
+// ckptJob is a snapshot handed from the engine's merger to the
+// checkpointer.
+type ckptJob struct {
+	tag   uint64
+	snap  []byte
+	start time.Time // when the barrier was sent
+}
+
+// ckptState is the checkpointer's hand-over and its metrics.
+type ckptState struct {
+	store *checkpoint.Store
+	// jobs has capacity 1 and busy is set from the barrier until the write
+	// is done, so the merger's hand-over never blocks: a checkpoint due
+	// while one is in progress is skipped.
+	jobs chan ckptJob
+	busy atomic.Bool
+	// final is set by the merger with the shutdown snapshot, and read
+	// once the engine has stopped.
+	final *ckptJob
+
+	mu       sync.Mutex // guards the fields below, written by the checkpointer
+	prevTag  uint64     // tag of the newest checkpoint on disk
+	last     time.Time
+	duration time.Duration
+	bytes    int64
+
+	written, failed, skipped atomic.Uint64
+	fsync                    metrics.Histogram
+	replayed                 int64         // set before the market starts
+	recovery                 time.Duration // set before the market starts
+}
+
+func (c *ckptState) metrics(ws wal.Stats) metrics.Durability {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return metrics.Durability{
+		LastCheckpoint: c.last, CheckpointDuration: c.duration, CheckpointBytes: c.bytes,
+		Checkpoints: c.written.Load(), CheckpointFailures: c.failed.Load(), CheckpointsSkipped: c.skipped.Load(),
+		WALBytes: ws.Bytes, WALRepairs: ws.Repairs, Fsync: c.fsync.Snapshot(),
+		Replayed: c.replayed, RecoveryDuration: c.recovery,
+	}
+}
+
+// walOptions maps state.wal_sync to the log's options.
+func (m *market) walOptions() wal.Options {
+	mode := wal.SyncBatch
+	switch m.cfg.State.WALSync {
+	case "always":
+		mode = wal.SyncAlways
+	case "none":
+		mode = wal.SyncNone
+	}
+	return wal.Options{Sync: mode, OnFsync: func(d time.Duration, _ int) { m.ckpt.fsync.Observe(d) }}
+}
+
+// warnDuplicateWindow warns when a recovery could re-publish results older
+// than the stream's duplicate window, which would then be stored twice.
+func (m *market) warnDuplicateWindow() {
+	dw, ci := m.cfg.NATS.DuplicateWindow, m.cfg.State.CheckpointInterval
+	if need := 2*ci + DuplicateWindowMargin; dw < need {
+		m.log.Warn("nats.duplicate_window is too short for state.checkpoint_interval: results re-published after a crash may be stored twice",
+			"duplicate_window", dw, "checkpoint_interval", ci, "want_at_least", need)
+	}
+}
+
+// recover opens the state directory, restores the engine from the newest
+// good checkpoint (or starts it empty), opens the write-ahead log,
+// repairing a torn tail, and replays every entry after the checkpoint
+// through the engine, whose results go to the bridge with their original
+// keys. It leaves the log in m.wal.
+func (m *market) recover(ecfg engine.Config) (*engine.Engine, error) {
+	start := time.Now()
+	dir := m.cfg.State.Dir
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create state dir %s: %w", dir, err)
+	}
+	store, err := checkpoint.Open(filepath.Join(dir, checkpointDir), 0)
+	if err != nil {
+		return nil, err
+	}
+	m.ckpt.store = store
+	c, ok, skipped, err := store.Load()
+	for _, s := range skipped {
+		m.log.Warn("skipping a damaged checkpoint; falling back to the previous one", "err", s)
+	}
+	if err != nil {
+		return nil, err
+	}
+
+	var (
+		eng *engine.Engine
+		tag uint64
+	)
+	if ok {
+		eng, tag, err = engine.Restore(ecfg, m.sink, c.Snapshot)
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint %s: %w", c.Path, err)
+		}
+		if tag != c.Tag {
+			eng.Stop()
+			return nil, fmt.Errorf("checkpoint %s: %w: file tag %d, snapshot tag %d", c.Path, checkpoint.ErrCorrupt, c.Tag, tag)
+		}
+	} else {
+		eng = engine.New(ecfg, m.sink)
+	}
+	fail := func(err error) (*engine.Engine, error) {
+		eng.Stop()
+		return nil, err
+	}
+
+	log, rep, err := wal.Open(filepath.Join(dir, walDir), m.walOptions(), m.log)
+	if err != nil {
+		return fail(err)
+	}
+	if rep.Repaired {
+		m.log.Warn("write-ahead log tail was torn or corrupt and has been cut",
+			"segment", rep.Segment, "offset", rep.Offset, "bytes_dropped", rep.BytesDropped,
+			"first_dropped_index", rep.Index, "entries_dropped", rep.EntriesDropped, "cause", rep.Cause)
+	}
+	// The log must hold every entry after the checkpoint: a gap would
+	// silently lose positions.
+	if last := log.LastIndex(); last < tag {
+		_ = log.Close()
+		return fail(fmt.Errorf("state dir %s is inconsistent: the checkpoint reflects log index %d but the log ends at %d", dir, tag, last))
+	}
+	if first := log.FirstIndex(); first > tag+1 {
+		_ = log.Close()
+		return fail(fmt.Errorf("state dir %s is inconsistent: replaying after checkpoint %d needs log index %d, but the log starts at %d", dir, tag, tag+1, first))
+	}
+
+	var n int64
+	err = log.Replay(tag+1, func(i uint64, e wal.Entry) error {
+		m.clock = max(m.clock, e.Arrival)
+		if e.Topic == "" && len(e.Payload) == 0 {
+			eng.Tick(e.Arrival)
+		} else {
+			m.lastMsg = max(m.lastMsg, e.Arrival)
+			m.push(eng, i, e.Arrival, e.Topic, e.Payload)
+		}
+		m.applied = i
+		n++
+		return nil
+	})
+	if err != nil {
+		_ = log.Close()
+		return fail(fmt.Errorf("replay write-ahead log: %w", err))
+	}
+	eng.Flush()
+	m.applied = max(m.applied, tag)
+	m.ckptTag = tag
+	m.ckpt.prevTag = tag
+	m.ckpt.replayed = n
+	m.ckpt.recovery = time.Since(start)
+	m.wal.Store(log)
+	m.log.Info("recovered", "checkpoint", c.Path, "checkpoint_tag", tag, "replayed", n,
+		"took", m.ckpt.recovery.Round(time.Millisecond), "wal_repaired", rep.Repaired)
+	return eng, nil
+}
+
+// startCheckpoint sends a checkpoint barrier through the engine, unless
+// nothing was applied since the last one or one is still being written.
+// Called by the ingest goroutine.
+func (m *market) startCheckpoint(eng *engine.Engine) {
+	if m.applied == m.ckptTag {
+		return
+	}
+	if !m.ckpt.busy.CompareAndSwap(false, true) {
+		m.ckpt.skipped.Add(1)
+		return
+	}
+	m.ckptTag = m.applied
+	job := ckptJob{tag: m.applied, start: time.Now()}
+	m.log.Debug("checkpoint started", "tag", job.tag)
+	eng.Checkpoint(job.tag, func(snap []byte) {
+		job.snap = snap
+		m.ckpt.jobs <- job // never blocks: busy admits one job at a time
+	})
+}
+
+// snapshotFinal sends the shutdown barrier; the snapshot is in m.ckpt.final
+// once the engine has stopped.
+func (m *market) snapshotFinal(eng *engine.Engine) {
+	m.ckpt.mu.Lock()
+	onDisk := m.ckpt.prevTag
+	m.ckpt.mu.Unlock()
+	if m.applied == onDisk || m.fatalErr != nil {
+		return
+	}
+	job := ckptJob{tag: m.applied, start: time.Now()}
+	eng.Checkpoint(job.tag, func(snap []byte) {
+		job.snap = snap
+		m.ckpt.final = &job
+	})
+}
+
+// checkpointer writes the snapshots handed over by the engine until the
+// engine has stopped (m.in closed and drained).
+func (m *market) checkpointer(ctx context.Context, br *bridge.Bridge, log *wal.Log) {
+	for {
+		select {
+		case job := <-m.ckpt.jobs:
+			if err := m.writeCheckpoint(ctx, br, log, job); err != nil && ctx.Err() == nil {
+				m.ckpt.failed.Add(1)
+				m.log.Error("checkpoint failed; the write-ahead log keeps everything since the previous one", "tag", job.tag, "err", err)
+			}
+			m.ckpt.busy.Store(false)
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// writeCheckpoint makes one snapshot the recovery point. The write-ahead
+// log after a checkpoint is the outbox of the results emitted since: so
+// the checkpoint is written only once JetStream has acked every result
+// emitted up to its barrier (the barrier's snapshot is handed over after
+// the sink received those results, so they were all Published before this
+// Flush). Then the log is truncated up to the previous checkpoint, not
+// this one, so that a damaged newest checkpoint can fall back to the
+// previous one and still replay from there.
+func (m *market) writeCheckpoint(ctx context.Context, br *bridge.Bridge, log *wal.Log, job ckptJob) error {
+	if err := br.Flush(ctx); err != nil {
+		return fmt.Errorf("wait for JetStream acks: %w", err)
+	}
+	if n := m.lost.Load(); n > 0 {
+		return fmt.Errorf("%d results were never handed to JetStream: not checkpointing past them", n)
+	}
+	c, err := m.ckpt.store.Write(job.tag, job.snap)
+	if err != nil {
+		return err
+	}
+	m.ckpt.mu.Lock()
+	prev := m.ckpt.prevTag
+	m.ckpt.prevTag = job.tag
+	m.ckpt.last, m.ckpt.duration, m.ckpt.bytes = time.Now(), time.Since(job.start), c.Size
+	m.ckpt.mu.Unlock()
+	m.ckpt.written.Add(1)
+	m.log.Info("checkpoint written", "tag", job.tag, "bytes", c.Size, "took", time.Since(job.start).Round(time.Microsecond))
+	if err := log.TruncateFront(prev + 1); err != nil && !errors.Is(err, wal.ErrClosed) {
+		return fmt.Errorf("truncate write-ahead log before %d: %w", prev+1, err)
+	}
+	return nil
+}
+
+// finalCheckpoint writes the shutdown snapshot, if one was taken, once
+// every result is acked (bounded by ctx); if they are not, the log keeps
+// the inputs and the next start replays them.
+func (m *market) finalCheckpoint(ctx context.Context, br *bridge.Bridge, log *wal.Log) error {
+	job := m.ckpt.final
+	if job == nil {
+		return nil
+	}
+	if err := m.writeCheckpoint(ctx, br, log, *job); err != nil {
+		m.ckpt.failed.Add(1)
+		m.log.Warn("final checkpoint not written; the next start replays the write-ahead log", "tag", job.tag, "err", err)
+		return nil
+	}
+	return nil
+}
