@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync/atomic"
 
 	"github.com/km0/edgeproc/internal/tmath"
 	"github.com/km0/edgeproc/internal/wire"
@@ -30,9 +31,14 @@ var (
 
 // Checkpoint takes a consistent snapshot of the engine after every input
 // pushed so far: a barrier travels through the shard queues behind those
-// inputs, each shard serialises its couriers when the barrier reaches it,
-// and done receives the snapshot, from the merger goroutine, once the sink
-// has received every result of those inputs. Intake goes on meanwhile.
+// inputs, and done receives the snapshot once every shard has saved its
+// couriers as they were at the barrier and the sink has received every
+// result of those inputs. done is called from one of the engine's
+// goroutines and must not block.
+//
+// Intake goes on meanwhile: a shard saves its couriers copy-on-write, a
+// courier about to change after the barrier first, the others whenever the
+// shard has no chunk waiting, so no shard stops for the whole state.
 //
 // The snapshot holds state by courier, not by shard: Restore accepts it
 // under any shard count. tag is stored in it and returned by Restore (the
@@ -41,9 +47,91 @@ func (e *Engine) Checkpoint(tag uint64, done func(snapshot []byte)) {
 	c := e.chunk()
 	e.cur = nil
 	c.wm = e.wm.Current()
-	c.checkpoint = done
-	c.header = e.appendHeader(c.header[:0], tag)
+	j := &snapshotJob{header: e.appendHeader(nil, tag), parts: make([][]byte, len(e.shards)), done: done}
+	j.left.Store(int32(len(e.shards) + 1)) // every shard, and the merger
+	c.ckpt = j
 	e.dispatch(c)
+}
+
+// snapshotJob gathers one checkpoint's parts.
+type snapshotJob struct {
+	header []byte
+	parts  [][]byte // by shard, each written only by its shard
+	left   atomic.Int32
+	done   func([]byte)
+}
+
+// arrive marks one part done; the last one assembles the snapshot.
+func (j *snapshotJob) arrive() {
+	if j.left.Add(-1) != 0 {
+		return
+	}
+	n := len(j.header)
+	for _, p := range j.parts {
+		n += len(p)
+	}
+	b := make([]byte, 0, n)
+	b = append(b, j.header...)
+	for _, p := range j.parts {
+		b = append(b, p...)
+	}
+	j.done(b)
+}
+
+// shardSnap is a shard's snapshot in progress.
+type shardSnap struct {
+	job  *snapshotJob
+	buf  []byte
+	todo []*courier // the couriers at the barrier
+}
+
+// snapBatch is how many couriers a shard saves between two chunks.
+var snapBatch = 512
+
+// beginSnap starts saving the shard's couriers as they are now.
+func (s *shard) beginSnap(j *snapshotJob) {
+	if s.snap != nil {
+		s.snapStep(-1) // finish the previous one first
+	}
+	s.epoch++
+	sn := &shardSnap{job: j, todo: make([]*courier, 0, len(s.couriers))}
+	for _, c := range s.couriers {
+		sn.todo = append(sn.todo, c)
+	}
+	s.snap = sn
+}
+
+// save writes c into the snapshot in progress unless it is there already.
+// Every change to a courier's state is preceded by a save.
+func (s *shard) save(c *courier) {
+	if s.snap == nil || c.epoch == s.epoch {
+		return
+	}
+	c.epoch = s.epoch
+	s.snap.buf = s.appendCourier(s.snap.buf, c)
+}
+
+// snapStep saves up to n couriers (all when n < 0), and hands the part
+// over when none is left.
+func (s *shard) snapStep(n int) {
+	sn := s.snap
+	if sn == nil {
+		return
+	}
+	for len(sn.todo) > 0 && n != 0 {
+		c := sn.todo[len(sn.todo)-1]
+		sn.todo[len(sn.todo)-1] = nil
+		sn.todo = sn.todo[:len(sn.todo)-1]
+		if !c.gone {
+			s.save(c)
+		}
+		n--
+	}
+	if len(sn.todo) == 0 {
+		s.snap = nil
+		sn.job.parts[s.id] = sn.buf
+		sn.job.arrive()
+	}
 }
 
 // fingerprint lists the configuration a snapshot's state depends on.
@@ -73,30 +161,14 @@ func (e *Engine) appendHeader(b []byte, tag uint64) []byte {
 	return b
 }
 
-// appendState appends the shard's couriers: their count, then each one.
-func (s *shard) appendState(b []byte) []byte {
-	b = wire.AppendUint(b, uint64(len(s.couriers)))
-	for _, c := range s.couriers {
-		b = wire.AppendString(b, c.name)
-		b = wire.AppendInt(b, c.latest)
-		b = c.dist.AppendState(b)
-		b = c.sess.AppendState(b)
-	}
-	return b
-}
-
-// snapshot assembles a checkpoint chunk's parts.
-func (c *chunk) snapshot() []byte {
-	n := len(c.header)
-	for _, s := range c.snaps {
-		n += len(s)
-	}
-	b := make([]byte, 0, n)
-	b = append(b, c.header...)
-	for _, s := range c.snaps {
-		b = append(b, s...)
-	}
-	return b
+// appendCourier appends one courier as a section of its own: a count of 1,
+// then its state. A shard's part is any number of sections.
+func (s *shard) appendCourier(b []byte, c *courier) []byte {
+	b = wire.AppendUint(b, 1)
+	b = wire.AppendString(b, c.name)
+	b = wire.AppendInt(b, c.latest)
+	b = c.dist.AppendState(b)
+	return c.sess.AppendState(b)
 }
 
 // Restore starts an engine from a snapshot taken by Checkpoint, under cfg

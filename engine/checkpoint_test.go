@@ -162,3 +162,48 @@ func TestCheckpoint_StateByCourier(t *testing.T) {
 		t.Fatalf("couriers restored from 1 shard: %s, from 4: %s", a, b)
 	}
 }
+
+// TestCheckpoint_CopyOnWriteUnderIntake takes the snapshot while inputs keep
+// coming, saving one courier per step so that most are saved copy-on-write
+// just before a change, and requires the restored run to continue exactly.
+func TestCheckpoint_CopyOnWriteUnderIntake(t *testing.T) {
+	defer func(n int) { snapBatch = n }(snapBatch)
+	snapBatch = 1
+	ins := smallFleet(11)
+	cfg := benchConfig(2)
+	want := runAll(cfg, ins)
+	for _, cut := range []int{len(ins) / 5, len(ins) / 2, len(ins) - 10} {
+		// The records of the inputs before the barrier.
+		var prefix []byte
+		d := New(cfg, func(rs []result.Record) { prefix = append(prefix, encode(rs)...) })
+		for i := range ins[:cut] {
+			d.Push(&ins[i])
+		}
+		d.Stop()
+
+		snaps := make(chan []byte, 1)
+		a := New(cfg, func([]result.Record) {})
+		for i := range ins[:cut] {
+			a.Push(&ins[i])
+		}
+		a.Checkpoint(1, func(s []byte) { snaps <- s })
+		for i := cut; i < len(ins); i++ { // intake goes on during the snapshot
+			a.Push(&ins[i])
+		}
+		a.Close()
+		snap := <-snaps
+
+		var rest []byte
+		b, _, err := Restore(benchConfig(3), func(rs []result.Record) { rest = append(rest, encode(rs)...) }, snap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := cut; i < len(ins); i++ {
+			b.Push(&ins[i])
+		}
+		b.Close()
+		if got := append(prefix, rest...); !bytes.Equal(got, want) {
+			t.Fatalf("cut %d/%d: snapshot taken under intake does not continue exactly", cut, len(ins))
+		}
+	}
+}

@@ -37,15 +37,11 @@ type chunk struct {
 	recs       []result.Record   // the sequencer's own (rejected inputs)
 	out        [][]result.Record // by shard
 
-	// A checkpoint barrier: the sequencer's header, each shard's couriers,
-	// and who gets the snapshot once the chunk's results are out.
-	checkpoint func([]byte)
-	header     []byte
-	snaps      [][]byte // by shard
+	ckpt *snapshotJob // a checkpoint barrier follows this chunk's inputs
 }
 
 func newChunk(shards int) *chunk {
-	return &chunk{events: make([][]event, shards), out: make([][]result.Record, shards), snaps: make([][]byte, shards)}
+	return &chunk{events: make([][]event, shards), out: make([][]result.Record, shards)}
 }
 
 func (c *chunk) reset() {
@@ -60,12 +56,7 @@ func (c *chunk) reset() {
 	clear(c.recs)
 	c.recs = trim(c.recs)
 	c.endOfInput = false
-	if c.checkpoint != nil {
-		c.checkpoint = nil
-		for i := range c.snaps {
-			c.snaps[i] = nil // a snapshot is large and rare: do not keep its buffers
-		}
-	}
+	c.ckpt = nil
 }
 
 // stepAt returns the step at which the watermark first reached t.

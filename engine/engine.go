@@ -288,8 +288,8 @@ func (e *Engine) runMerger(sink Sink) {
 		}
 		clear(out)
 		out = trim(out)
-		if c.checkpoint != nil {
-			c.checkpoint(c.snapshot())
+		if c.ckpt != nil {
+			c.ckpt.arrive() // every result of the inputs before the barrier is out
 		}
 		c.reset()
 		e.free <- c

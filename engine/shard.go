@@ -16,10 +16,11 @@ type courier struct {
 	name   string
 	dist   window.Distance
 	sess   sessions.State
-	latest int64 // largest timestamp accepted by either operator
-	timer  int64 // when its live timer entry fires
-	timed  bool  // it has a live timer entry
-	gone   bool  // forgotten: its heap entries are stale
+	latest int64  // largest timestamp accepted by either operator
+	timer  int64  // when its live timer entry fires
+	timed  bool   // it has a live timer entry
+	gone   bool   // forgotten: its heap entries are stale
+	epoch  uint32 // the shard's snapshot epoch it was last saved in (or born after)
 
 	// The last H3 cell computed and its point: a parked courier's windows
 	// end on the same fix, and a cell costs ~1.5 µs.
@@ -54,6 +55,10 @@ type shard struct {
 	onWindow  func(window.Window)
 	onSession func(sessions.Event)
 
+	// A snapshot in progress (see checkpoint.go).
+	snap  *shardSnap
+	epoch uint32
+
 	stats struct {
 		duplicates, lateDistance, lateSession, couriers, watermark atomic.Int64
 		results                                                    [result.Rejected]atomic.Int64
@@ -71,14 +76,30 @@ func newShard(id int, p *params) *shard {
 }
 
 func (s *shard) run() {
-	for c := range s.in {
+	for {
+		var c *chunk
+		if s.snap != nil {
+			// Save couriers while no chunk is waiting; process chunks first.
+			select {
+			case c = <-s.in:
+			default:
+				s.snapStep(snapBatch)
+				continue
+			}
+		} else {
+			c = <-s.in
+		}
+		if c == nil { // closed
+			s.snapStep(-1)
+			return
+		}
 		s.c, s.out = c, c.out[s.id]
 		for i := range c.events[s.id] {
 			s.apply(&c.events[s.id][i])
 		}
 		s.advance(c.wm)
-		if c.checkpoint != nil {
-			c.snaps[s.id] = s.appendState(nil)
+		if c.ckpt != nil {
+			s.beginSnap(c.ckpt)
 		}
 		if c.endOfInput {
 			s.advance(tmath.Forever)
@@ -88,6 +109,9 @@ func (s *shard) run() {
 		s.stats.couriers.Store(int64(len(s.couriers)))
 		s.stats.watermark.Store(s.wm)
 		s.done <- struct{}{}
+		if s.snap != nil {
+			s.snapStep(snapBatch) // progress under a steady load too
+		}
 	}
 }
 
@@ -99,6 +123,7 @@ func (s *shard) apply(ev *event) {
 	c := s.couriers[string(name)]
 	lateD := p.spec.Late(ev.ts, ev.wm)
 	if c != nil {
+		s.save(c)
 		s.firing = c
 		c.dist.Advance(p.spec, ev.wm, s.onWindow) // nothing is due: it only forgets
 		if !lateD && c.dist.Has(ev.ts) {
@@ -118,7 +143,7 @@ func (s *shard) apply(ev *event) {
 		return
 	}
 	if c == nil {
-		c = &courier{name: string(name), latest: tmath.Never}
+		c = &courier{name: string(name), latest: tmath.Never, epoch: s.epoch}
 		c.dist.Start(ev.wm)
 		s.couriers[c.name] = c
 	}
@@ -179,6 +204,7 @@ func (s *shard) advance(wm int64) {
 // fire runs everything of c that is due at wm.
 func (s *shard) fire(c *courier, wm int64) {
 	p := s.p
+	s.save(c)
 	s.firing = c
 	c.dist.Advance(p.spec, wm, s.onWindow)
 	c.sess.Close(wm, p.gap, s.c.endOfInput && wm == tmath.Forever, s.onSession)
