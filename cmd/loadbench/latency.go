@@ -1,0 +1,258 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// histMaxMs is the largest latency the histogram resolves; slower results
+// land in the last bucket (and still count in max).
+const histMaxMs = 30_000
+
+// maxCrossings bounds the per-crossing table of one step.
+const maxCrossings = 10_000
+
+// latencies is one step's record of result latencies, in whole
+// milliseconds (emitted_at_ms has ms resolution). Memory is fixed: a
+// histogram, and a capped table of watermark crossings.
+type latencies struct {
+	mu        sync.Mutex
+	hist      []uint64
+	n         uint64
+	max       int64
+	crossings map[int64]*crossing // distance results by emitted_at_ms
+	dropped   uint64              // crossings not tracked: table full
+	bad       uint64              // results without a readable emitted_at_ms
+}
+
+// crossing is one watermark crossing: every distance result it fired
+// carries the same emitted_at_ms.
+type crossing struct {
+	n        int
+	min, max int64 // ms
+}
+
+func newLatencies() *latencies {
+	return &latencies{hist: make([]uint64, histMaxMs+1), crossings: map[int64]*crossing{}}
+}
+
+func (l *latencies) add(emittedAt int64, isDistance bool, now time.Time) {
+	ms := now.UnixMilli() - emittedAt
+	if ms < 0 {
+		ms = 0 // clock granularity: both stamps come from the same clock
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.hist[min(ms, histMaxMs)]++
+	l.n++
+	l.max = max(l.max, ms)
+	if !isDistance {
+		return
+	}
+	c := l.crossings[emittedAt]
+	if c == nil {
+		if len(l.crossings) >= maxCrossings {
+			l.dropped++
+			return
+		}
+		c = &crossing{min: ms, max: ms}
+		l.crossings[emittedAt] = c
+	}
+	c.n++
+	c.min, c.max = min(c.min, ms), max(c.max, ms)
+}
+
+// latencySummary is what the report prints for one step.
+type latencySummary struct {
+	N             uint64
+	P50, P99, Max int64 // ms, over every delivered result
+	// Crossings is the number of watermark crossings that fired distance
+	// results; FirstP50/FirstP99 are over each crossing's fastest result
+	// (the pipeline's latency without the queueing of its own burst),
+	// BurstMax the largest burst (results of one crossing).
+	Crossings          int
+	FirstP50, FirstP99 int64
+	BurstMax           int
+}
+
+func (l *latencies) summary() latencySummary {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := latencySummary{N: l.n, Max: l.max, P50: -1, P99: -1, FirstP50: -1, FirstP99: -1}
+	if l.n > 0 {
+		s.P50, s.P99 = histQuantile(l.hist, l.n, 0.50), histQuantile(l.hist, l.n, 0.99)
+	}
+	firsts := make([]int64, 0, len(l.crossings))
+	for _, c := range l.crossings {
+		firsts = append(firsts, c.min)
+		s.BurstMax = max(s.BurstMax, c.n)
+	}
+	s.Crossings = len(firsts)
+	if len(firsts) > 0 {
+		sort.Slice(firsts, func(i, j int) bool { return firsts[i] < firsts[j] })
+		s.FirstP50 = sliceQuantile(firsts, 0.50)
+		s.FirstP99 = sliceQuantile(firsts, 0.99)
+	}
+	return s
+}
+
+// histQuantile is the smallest bucket b with at least q·n samples ≤ b.
+func histQuantile(h []uint64, n uint64, q float64) int64 {
+	rank := uint64(q*float64(n) + 0.5)
+	rank = max(rank, 1)
+	var acc uint64
+	for b, c := range h {
+		acc += c
+		if acc >= rank {
+			return int64(b)
+		}
+	}
+	return int64(len(h) - 1)
+}
+
+// sliceQuantile is the nearest-rank quantile of sorted v.
+func sliceQuantile(v []int64, q float64) int64 {
+	i := int(q*float64(len(v))+0.5) - 1
+	return v[min(max(i, 0), len(v)-1)]
+}
+
+// stepLatencies are one step's latencies as seen by the two readers.
+type stepLatencies struct {
+	// JS is read back from the stream by an ordered consumer: crossing →
+	// stored in JetStream → delivered, the figure the report judges.
+	JS *latencies
+	// Core is a plain NATS subscription on the same subjects: it gets a
+	// result when the server routes the publish, before the stream has
+	// stored it — a reference that shows what the stream's round trip
+	// adds.
+	Core *latencies
+}
+
+// resultTap reads the market's dashboard results and records each one's
+// latency in the current step's latencies.
+type resultTap struct {
+	nc      *nats.Conn
+	cc      jetstream.ConsumeContext
+	sub     *nats.Subscription
+	current atomic.Pointer[stepLatencies]
+	once    sync.Once
+}
+
+// startTap subscribes to delivery.dashboard.bench.> twice: an ordered
+// consumer of the stream edgeproc created (only results stored from now
+// on) and a core subscription.
+func startTap(ctx context.Context, natsURL string) (*resultTap, error) {
+	nc, err := nats.Connect(natsURL, nats.Name("loadbench-tap"))
+	if err != nil {
+		return nil, fmt.Errorf("tap: connect to %s: %w", natsURL, err)
+	}
+	t := &resultTap{nc: nc}
+	t.begin()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("tap: jetstream: %w", err)
+	}
+	subject := "delivery.dashboard." + market + ".>"
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	stream, err := js.StreamNameBySubject(sctx, "delivery.dashboard."+market+".distance")
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("tap: find the stream of %s: %w", subject, err)
+	}
+	cons, err := js.OrderedConsumer(sctx, stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{subject},
+		DeliverPolicy:  jetstream.DeliverNewPolicy,
+	})
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("tap: ordered consumer on %s: %w", stream, err)
+	}
+	t.cc, err = cons.Consume(func(m jetstream.Msg) { record(t.current.Load().JS, m.Data()) })
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("tap: consume %s: %w", stream, err)
+	}
+	// The client's default pending limits bound this subscription's
+	// buffer; a slow reader loses messages there, counted in Dropped.
+	t.sub, err = nc.Subscribe(subject, func(m *nats.Msg) { record(t.current.Load().Core, m.Data) })
+	if err != nil {
+		t.cc.Stop()
+		nc.Close()
+		return nil, fmt.Errorf("tap: subscribe %s: %w", subject, err)
+	}
+	if err := nc.FlushTimeout(5 * time.Second); err != nil {
+		t.close()
+		return nil, fmt.Errorf("tap: flush subscription: %w", err)
+	}
+	return t, nil
+}
+
+var (
+	emittedKey  = []byte(`"emitted_at_ms":`)
+	distanceKey = []byte(`"type":"distance"`)
+)
+
+func record(l *latencies, data []byte) {
+	now := time.Now()
+	at, ok := emittedAt(data)
+	if !ok {
+		l.mu.Lock()
+		l.bad++
+		l.mu.Unlock()
+		return
+	}
+	l.add(at, bytes.Contains(data, distanceKey), now)
+}
+
+// emittedAt extracts emitted_at_ms without decoding the whole result.
+func emittedAt(data []byte) (int64, bool) {
+	i := bytes.Index(data, emittedKey)
+	if i < 0 {
+		return 0, false
+	}
+	rest := data[i+len(emittedKey):]
+	j := 0
+	for j < len(rest) && rest[j] >= '0' && rest[j] <= '9' {
+		j++
+	}
+	v, err := strconv.ParseInt(string(rest[:j]), 10, 64)
+	return v, err == nil
+}
+
+// begin starts a new step: results delivered from now on count for it.
+func (t *resultTap) begin() *stepLatencies {
+	l := &stepLatencies{JS: newLatencies(), Core: newLatencies()}
+	t.current.Store(l)
+	return l
+}
+
+// dropped is the number of results the core subscription lost to its
+// pending limit.
+func (t *resultTap) dropped() int {
+	n, _ := t.sub.Dropped()
+	return n
+}
+
+// close stops both readers; calling it again does nothing.
+func (t *resultTap) close() {
+	t.once.Do(func() {
+		if t.cc != nil {
+			t.cc.Stop()
+		}
+		if t.sub != nil {
+			_ = t.sub.Unsubscribe()
+		}
+		t.nc.Close()
+	})
+}
