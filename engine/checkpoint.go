@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 	"sync/atomic"
 
 	"github.com/km0/edgeproc/internal/tmath"
@@ -33,8 +34,8 @@ var (
 // pushed so far: a barrier travels through the shard queues behind those
 // inputs, and done receives the snapshot once every shard has saved its
 // couriers as they were at the barrier and the sink has received every
-// result of those inputs. done is called from one of the engine's
-// goroutines and must not block.
+// result of those inputs. done is called from a goroutine of the engine's
+// (Stop waits for it); it may block without stopping the engine.
 //
 // Intake goes on meanwhile: a shard saves its couriers copy-on-write, a
 // courier about to change after the barrier first, the others whenever the
@@ -47,7 +48,7 @@ func (e *Engine) Checkpoint(tag uint64, done func(snapshot []byte)) {
 	c := e.chunk()
 	e.cur = nil
 	c.wm = e.wm.Current()
-	j := &snapshotJob{header: e.appendHeader(nil, tag), parts: make([][]byte, len(e.shards)), done: done}
+	j := &snapshotJob{header: e.appendHeader(nil, tag), parts: make([][]byte, len(e.shards)), done: done, wg: &e.wg}
 	j.left.Store(int32(len(e.shards) + 1)) // every shard, and the merger
 	c.ckpt = j
 	e.dispatch(c)
@@ -59,13 +60,26 @@ type snapshotJob struct {
 	parts  [][]byte // by shard, each written only by its shard
 	left   atomic.Int32
 	done   func([]byte)
+	wg     *sync.WaitGroup // the engine's
 }
 
-// arrive marks one part done; the last one assembles the snapshot.
+// arrive marks one part done. The last one hands the assembly (a copy of
+// the whole state) to a goroutine of its own, so that neither a shard nor
+// the merger stops for it.
 func (j *snapshotJob) arrive() {
 	if j.left.Add(-1) != 0 {
 		return
 	}
+	// The caller is one of the engine's goroutines, so the WaitGroup's
+	// count is above zero here.
+	j.wg.Add(1)
+	go func() {
+		defer j.wg.Done()
+		j.done(j.assemble())
+	}()
+}
+
+func (j *snapshotJob) assemble() []byte {
 	n := len(j.header)
 	for _, p := range j.parts {
 		n += len(p)
@@ -75,7 +89,7 @@ func (j *snapshotJob) arrive() {
 	for _, p := range j.parts {
 		b = append(b, p...)
 	}
-	j.done(b)
+	return b
 }
 
 // shardSnap is a shard's snapshot in progress.
@@ -94,7 +108,9 @@ func (s *shard) beginSnap(j *snapshotJob) {
 		s.snapStep(-1) // finish the previous one first
 	}
 	s.epoch++
-	sn := &shardSnap{job: j, todo: make([]*courier, 0, len(s.couriers))}
+	// Size the buffer after the previous snapshot: growing a large one by
+	// doubling leaves as much garbage as it keeps.
+	sn := &shardSnap{job: j, todo: make([]*courier, 0, len(s.couriers)), buf: make([]byte, 0, s.lastSnap+s.lastSnap/8)}
 	for _, c := range s.couriers {
 		sn.todo = append(sn.todo, c)
 	}
@@ -129,6 +145,7 @@ func (s *shard) snapStep(n int) {
 	}
 	if len(sn.todo) == 0 {
 		s.snap = nil
+		s.lastSnap = len(sn.buf)
 		sn.job.parts[s.id] = sn.buf
 		sn.job.arrive()
 	}

@@ -56,8 +56,9 @@ type shard struct {
 	onSession func(sessions.Event)
 
 	// A snapshot in progress (see checkpoint.go).
-	snap  *shardSnap
-	epoch uint32
+	snap     *shardSnap
+	epoch    uint32
+	lastSnap int // bytes of the previous snapshot part
 
 	stats struct {
 		duplicates, lateDistance, lateSession, couriers, watermark atomic.Int64

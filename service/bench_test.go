@@ -3,7 +3,6 @@ package service_test
 import (
 	"fmt"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
@@ -79,11 +78,15 @@ func BenchmarkDurableIngest(b *testing.B) {
 // couriers: barrier to snapshot, plus the atomic file write; and the
 // longest Push while the barrier is in flight (the intake stall).
 func BenchmarkCheckpoint(b *testing.B) {
-	for _, n := range []int{10_000, 100_000} {
-		b.Run(strconv.Itoa(n)+"_couriers", func(b *testing.B) {
+	// fixes is how many positions each courier holds: 2 is a fleet that
+	// just started; 60 is steady state at one position every 5 s with
+	// 5-minute windows (about 2 KB of state a courier).
+	for _, bc := range []struct{ n, fixes int }{{10_000, 2}, {100_000, 2}, {10_000, 60}, {100_000, 60}} {
+		n := bc.n
+		b.Run(fmt.Sprintf("%d_couriers_%d_fixes", n, bc.fixes), func(b *testing.B) {
 			eng := engine.New(benchEngineConfig(), func([]result.Record) {})
 			defer eng.Stop()
-			for i, p := range payloads(2*n, n) {
+			for i, p := range payloads(bc.fixes*n, n) {
 				eng.Push(&engine.Input{Payload: p, Arrival: 1_726_308_000_000, HasArrival: true, Line: int64(i + 1)})
 			}
 			eng.Sync()
