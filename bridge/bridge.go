@@ -22,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/km0/edgeproc/internal/ratelog"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -124,8 +125,8 @@ type Bridge struct {
 	published, acked, duplicates, errs, retries atomic.Uint64
 	kvWrites, kvErrors, kvRefused               atomic.Uint64
 
-	pubLog limiter
-	kvLog  limiter
+	pubLog ratelog.Limiter
+	kvLog  ratelog.Limiter
 
 	kvMu     sync.Mutex
 	couriers map[string]*courierEntry
@@ -156,8 +157,8 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) (*Br
 		attempts:    make(map[*nats.Msg]*item),
 		closing:     make(chan struct{}),
 		stop:        make(chan struct{}),
-		pubLog:      limiter{every: errLogEvery},
-		kvLog:       limiter{every: errLogEvery},
+		pubLog:      ratelog.Limiter{Every: errLogEvery},
+		kvLog:       ratelog.Limiter{Every: errLogEvery},
 		couriers:    make(map[string]*courierEntry),
 		kvWake:      make(chan struct{}, 1),
 	}
@@ -329,7 +330,7 @@ func (b *Bridge) onErr(_ jetstream.JetStream, msg *nats.Msg, err error) {
 	select {
 	case <-b.stop:
 	default:
-		if ok, suppressed := b.pubLog.allow(); ok {
+		if ok, suppressed := b.pubLog.Allow(); ok {
 			b.log.Warn("bridge: publish failed, retrying",
 				"subject", it.subject, "msg_id", it.hdr.Get(jetstream.MsgIDHeader),
 				"attempt", it.attempt, "retry_in", delay, "err", err, "suppressed", suppressed)
@@ -480,28 +481,4 @@ func (b *Bridge) Close(ctx context.Context) error {
 		}
 	})
 	return b.closeErr
-}
-
-// limiter lets one log line through per period and counts the rest.
-type limiter struct {
-	every time.Duration
-
-	mu         sync.Mutex
-	last       time.Time
-	suppressed int
-}
-
-// allow reports whether to log now, and how many lines were suppressed
-// since the last one logged.
-func (l *limiter) allow() (bool, int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := time.Now()
-	if !l.last.IsZero() && now.Sub(l.last) < l.every {
-		l.suppressed++
-		return false, 0
-	}
-	n := l.suppressed
-	l.last, l.suppressed = now, 0
-	return true, n
 }

@@ -172,7 +172,7 @@ func (b *Bridge) requeue(states []CourierState) {
 }
 
 func (b *Bridge) logKV(msg, courier string, err error) {
-	if ok, suppressed := b.kvLog.allow(); ok {
+	if ok, suppressed := b.kvLog.Allow(); ok {
 		b.log.Warn(msg, "bucket", b.cfg.KVBucket, "courier", courier, "err", err, "suppressed", suppressed)
 	}
 }

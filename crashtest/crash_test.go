@@ -42,7 +42,6 @@ import (
 
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/engine"
-	"github.com/km0/edgeproc/fleet"
 	"github.com/km0/edgeproc/internal/testenv"
 	"github.com/km0/edgeproc/result"
 	"github.com/km0/edgeproc/service"
@@ -205,32 +204,6 @@ func (s *supervisor) dumpLogs() {
 	s.tb.Logf("edgeproc logs (tail):\n%s", b)
 }
 
-type message struct {
-	topic   string
-	payload []byte
-}
-
-// fleetMessages is the fixed-seed fleet in publish order, timestamps
-// ending now.
-func fleetMessages(span time.Duration) []message {
-	f := fleet.New(fleet.Config{
-		Market: market, Couriers: couriers, Seed: 42, Duration: span,
-		Start:         time.Now().Add(-span).UnixMilli(),
-		DuplicateRate: 0.02, BadRate: 0.01,
-	})
-	var out []message
-	for {
-		e, ok := f.Next()
-		if !ok {
-			return out
-		}
-		out = append(out, message{
-			topic:   "km0/" + market + "/positions/" + e.Courier,
-			payload: fleet.AppendJSON(nil, e, false),
-		})
-	}
-}
-
 var emittedRe = regexp.MustCompile(`,?"emitted_at_ms":-?\d+`)
 
 type rec struct {
@@ -244,7 +217,7 @@ type rec struct {
 // with idle_timeout 0 and no future check the results depend on the order
 // only) and returns the first JSON of each key, emitted_at_ms removed, and
 // the (reason, raw) pairs of rejected inputs.
-func expected(tb testing.TB, cfg config.Config, msgs []message) (map[string]string, map[string]bool) {
+func expected(tb testing.TB, cfg config.Config, msgs []testenv.Message) (map[string]string, map[string]bool) {
 	tb.Helper()
 	ecfg := service.EngineConfig(cfg)
 	ecfg.Topic = cfg.MQTT.Topic
@@ -257,7 +230,7 @@ func expected(tb testing.TB, cfg config.Config, msgs []message) (map[string]stri
 		}
 	})
 	for i, m := range msgs {
-		eng.Push(&engine.Input{Payload: m.payload, Topic: m.topic, Line: int64(i + 1)})
+		eng.Push(&engine.Input{Payload: m.Payload, Topic: m.Topic, Line: int64(i + 1)})
 	}
 	eng.Sync()
 	eng.Stop()
@@ -322,7 +295,7 @@ func TestKill9_ResultsEqualUninterruptedRun(t *testing.T) {
 	dir := t.TempDir()
 	confPath, cfg := mustConfig(t, dir, mosq.URL(), ns.URL())
 
-	msgs := fleetMessages(8 * time.Minute)
+	msgs := testenv.FleetMessages(market, couriers, 8*time.Minute, 42, time.Now())
 	wantByKey, wantRejected := expected(t, cfg, msgs)
 	t.Logf("fleet: %d messages; reference run: %d keyed results, %d rejected inputs", len(msgs), len(wantByKey), len(wantRejected))
 	if len(wantByKey) == 0 || len(wantRejected) == 0 {
@@ -346,7 +319,7 @@ func TestKill9_ResultsEqualUninterruptedRun(t *testing.T) {
 		next := time.Now()
 		for _, m := range msgs {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			_, err := pub.Publish(ctx, &paho.Publish{QoS: 1, Topic: m.topic, Payload: m.payload})
+			_, err := pub.Publish(ctx, &paho.Publish{QoS: 1, Topic: m.Topic, Payload: m.Payload})
 			cancel()
 			if err != nil {
 				pubDone <- fmt.Errorf("publish: %w", err)

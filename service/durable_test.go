@@ -70,7 +70,7 @@ func TestRun_RestartFromStateEqualsUninterruptedRun(t *testing.T) {
 			cfg := mustConfig(t, "girona", mosq.URL(), ns.URL())
 			cfg.State.CheckpointInterval = 100 * time.Millisecond
 			rec := newRecorder()
-			msgs := fleetMessages("girona", 20, 10*time.Minute, 17)
+			msgs := testenv.FleetMessages("girona", 20, 10*time.Minute, 17, time.Now().Add(-time.Minute))
 			half := len(msgs) / 2
 			pub := mustPublisher(t, mosq.Addr(), "restart-state-pub")
 
@@ -80,8 +80,8 @@ func TestRun_RestartFromStateEqualsUninterruptedRun(t *testing.T) {
 			waitReady(t, svc, 20*time.Second)
 			published := map[string]bool{}
 			for _, m := range msgs[:half] {
-				pub.publish(t, m.topic, m.payload)
-				published[string(m.payload)] = true
+				pub.publish(t, m.Topic, m.Payload)
+				published[string(m.Payload)] = true
 			}
 			rec.waitSeen(t, published, 30*time.Second)
 			waitGauge(t, reg, "edgeproc_checkpoints_total", "girona", 1, 10*time.Second)
@@ -109,8 +109,8 @@ func TestRun_RestartFromStateEqualsUninterruptedRun(t *testing.T) {
 				t.Errorf("entries replayed at start: got %v, want replayed %v", got, tt.wantReplayed)
 			}
 			for _, m := range msgs[half:] {
-				pub.publish(t, m.topic, m.payload)
-				published[string(m.payload)] = true
+				pub.publish(t, m.Topic, m.Payload)
+				published[string(m.Payload)] = true
 			}
 			rec.waitSeen(t, published, 30*time.Second)
 			svc.stop(t, 15*time.Second)

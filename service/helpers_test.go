@@ -18,7 +18,6 @@ import (
 
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/engine"
-	"github.com/km0/edgeproc/fleet"
 	"github.com/km0/edgeproc/internal/testenv"
 	"github.com/km0/edgeproc/replay"
 	"github.com/km0/edgeproc/service"
@@ -158,33 +157,6 @@ func (p *publisher) publish(tb testing.TB, topic string, payload []byte) {
 
 func (p *publisher) close() { _ = p.c.Disconnect(&paho.Disconnect{}) }
 
-type message struct {
-	topic   string
-	payload []byte
-}
-
-// fleetMessages generates a market's fleet in arrival order: event time
-// ending a minute before now (so no future_timestamp), with duplicates
-// (QoS 1 redelivery) and bad payloads mixed in.
-func fleetMessages(market string, couriers int, span time.Duration, seed int64) []message {
-	f := fleet.New(fleet.Config{
-		Market: market, Couriers: couriers, Seed: seed, Duration: span,
-		Start:         time.Now().Add(-span - time.Minute).UnixMilli(),
-		DuplicateRate: 0.02, BadRate: 0.01,
-	})
-	var out []message
-	for {
-		e, ok := f.Next()
-		if !ok {
-			return out
-		}
-		out = append(out, message{
-			topic:   "km0/" + market + "/positions/" + e.Courier,
-			payload: fleet.AppendJSON(nil, e, false),
-		})
-	}
-}
-
 // replayFile renders recorded inputs as a replay file: each payload with
 // the arrival the service recorded, then one last line one millisecond
 // later that is rejected and fires nothing (idle_timeout is 0), so that
@@ -267,7 +239,7 @@ func expectedResults(tb testing.TB, cfg config.Config, inputs []engine.Input) ma
 }
 
 // streamResults returns the stream's messages by Nats-Msg-Id, with
-// emitted_at_ms removed, and fails on a message whose id is not its key.
+// emitted_at_ms removed, and fails on a testenv.Message whose id is not its key.
 func streamResults(tb testing.TB, url, stream string) map[string]string {
 	tb.Helper()
 	got := map[string]string{}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/km0/edgeproc/internal/ratelog"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -85,7 +86,7 @@ type market struct {
 	subjects [len(result.Types)]string
 	pubCtx   context.Context // ends when the shutdown drain deadline passes
 	lost     atomic.Int64    // results the sink could not hand to the bridge
-	errLog   rateLog
+	errLog   ratelog.Limiter
 }
 
 func newMarket(cfg config.Config, nc *nats.Conn, deps *Deps) *market {
@@ -96,7 +97,7 @@ func newMarket(cfg config.Config, nc *nats.Conn, deps *Deps) *market {
 		nc:         nc,
 		in:         make(chan durable, queueCap),
 		stopIntake: make(chan struct{}),
-		errLog:     rateLog{every: 5 * time.Second},
+		errLog:     ratelog.Limiter{Every: 5 * time.Second},
 		ckpt:       ckptState{jobs: make(chan ckptJob, 1)},
 	}
 }
@@ -333,7 +334,7 @@ func (m *market) appendLocked(e wal.Entry, msg *mqtt.Message) {
 		m.in <- durable{index: i, arrival: arrival, msg: msg, err: err}
 	})
 	if err != nil && !errors.Is(err, wal.ErrClosed) {
-		if ok, n := m.errLog.allow(); ok {
+		if ok, n := m.errLog.Allow(); ok {
 			m.log.Error("write-ahead log append failed; message not acknowledged", "err", err, "suppressed", n)
 		}
 	}
@@ -421,7 +422,7 @@ func (m *market) sink(rs []result.Record) {
 		m.buf = r.AppendJSON(m.buf[:0])
 		if err := br.Publish(m.pubCtx, m.subjects[r.Type], r.Key(), m.buf); err != nil {
 			m.lost.Add(1)
-			if ok, n := m.errLog.allow(); ok {
+			if ok, n := m.errLog.Allow(); ok {
 				m.log.Error("result not published", "key", r.Key(), "err", err, "suppressed", n)
 			}
 		}
@@ -432,26 +433,4 @@ func (m *market) sink(rs []result.Record) {
 			br.MarkOnline(r.Courier)
 		}
 	}
-}
-
-// rateLog lets one line through per period and counts the rest.
-type rateLog struct {
-	every time.Duration
-
-	mu         sync.Mutex
-	last       time.Time
-	suppressed int
-}
-
-func (l *rateLog) allow() (bool, int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := time.Now()
-	if !l.last.IsZero() && now.Sub(l.last) < l.every {
-		l.suppressed++
-		return false, 0
-	}
-	n := l.suppressed
-	l.last, l.suppressed = now, 0
-	return true, n
 }

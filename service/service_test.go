@@ -65,14 +65,14 @@ func TestRun_KappaLiveEqualsReplay(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	svc := startService(t, []config.Config{girona, quiet}, service.Deps{Log: testLog(t), Record: rec.record, Registry: reg})
 
-	msgs := fleetMessages("girona", 40, 15*time.Minute, 7)
+	msgs := testenv.FleetMessages("girona", 40, 15*time.Minute, 7, time.Now().Add(-time.Minute))
 	pub := mustPublisher(t, mosq.Addr(), "kappa-pub")
 	waitReady(t, svc, 20*time.Second)
 	published := map[string]bool{}
 	start := time.Now()
 	for _, m := range msgs {
-		pub.publish(t, m.topic, m.payload)
-		published[string(m.payload)] = true
+		pub.publish(t, m.Topic, m.Payload)
+		published[string(m.Payload)] = true
 	}
 	t.Logf("published %d messages in %v", len(msgs), time.Since(start).Round(time.Millisecond))
 	rec.waitSeen(t, published, 60*time.Second)
@@ -111,21 +111,21 @@ func TestRun_BrokerRestartLosesNothing(t *testing.T) {
 	svc := startService(t, []config.Config{cfg}, service.Deps{Log: testLog(t), Record: rec.record, Registry: reg})
 	waitReady(t, svc, 20*time.Second)
 
-	msgs := fleetMessages("girona", 20, 10*time.Minute, 11)
+	msgs := testenv.FleetMessages("girona", 20, 10*time.Minute, 11, time.Now().Add(-time.Minute))
 	published := map[string]bool{}
 	half := len(msgs) / 2
 	pub := mustPublisher(t, mosq.Addr(), "restart-pub")
 	for _, m := range msgs[:half] {
-		pub.publish(t, m.topic, m.payload)
-		published[string(m.payload)] = true
+		pub.publish(t, m.Topic, m.Payload)
+		published[string(m.Payload)] = true
 	}
 	pub.close()
 	// Restart at once: part of the first half is still queued or in flight.
 	mosq.Restart()
 	pub = mustPublisher(t, mosq.Addr(), "restart-pub")
 	for _, m := range msgs[half:] {
-		pub.publish(t, m.topic, m.payload)
-		published[string(m.payload)] = true
+		pub.publish(t, m.Topic, m.Payload)
+		published[string(m.Payload)] = true
 	}
 	rec.waitSeen(t, published, 60*time.Second)
 	if got := gauge(t, reg, "edgeproc_mqtt_reconnects_total", "girona"); got < 1 {
@@ -146,7 +146,7 @@ func TestRun_NATSOutageLosesNothing(t *testing.T) {
 	svc := startService(t, []config.Config{cfg}, service.Deps{Log: testLog(t), Record: rec.record})
 	base := waitReady(t, svc, 20*time.Second)
 
-	msgs := fleetMessages("girona", 20, 10*time.Minute, 13)
+	msgs := testenv.FleetMessages("girona", 20, 10*time.Minute, 13, time.Now().Add(-time.Minute))
 	published := map[string]bool{}
 	pub := mustPublisher(t, mosq.Addr(), "outage-pub")
 	third := len(msgs) / 3
@@ -161,8 +161,8 @@ func TestRun_NATSOutageLosesNothing(t *testing.T) {
 			time.Sleep(time.Second)
 			ns.Restart()
 		}
-		pub.publish(t, m.topic, m.payload)
-		published[string(m.payload)] = true
+		pub.publish(t, m.Topic, m.Payload)
+		published[string(m.Payload)] = true
 	}
 	rec.waitSeen(t, published, 60*time.Second)
 	svc.stop(t, 20*time.Second)

@@ -3,13 +3,13 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"github.com/km0/edgeproc/internal/tail"
 	"net"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"syscall"
 	"time"
 )
@@ -23,7 +23,7 @@ type mosquitto struct {
 	addr   string
 	cmd    *exec.Cmd
 	exited chan struct{}
-	log    *tailBuffer
+	log    *tail.Buffer
 }
 
 // startMosquitto starts bin with a generated configuration in dir: the
@@ -48,7 +48,7 @@ func startMosquitto(bin, dir string) (*mosquitto, error) {
 	m := &mosquitto{
 		addr:   net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
 		exited: make(chan struct{}),
-		log:    newTailBuffer(32 << 10),
+		log:    tail.New(32 << 10),
 	}
 	m.cmd = exec.Command(bin, "-c", conf)
 	m.cmd.Stdout, m.cmd.Stderr = m.log, m.log
@@ -140,30 +140,4 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// tailBuffer keeps the last max bytes written to it: a chatty child process
-// cannot grow loadbench's memory.
-type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	buf []byte
-}
-
-func newTailBuffer(max int) *tailBuffer { return &tailBuffer{max: max} }
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, p...)
-	if over := len(t.buf) - t.max; over > 0 {
-		t.buf = append(t.buf[:0], t.buf[over:]...)
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.buf)
 }

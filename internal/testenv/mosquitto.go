@@ -9,6 +9,7 @@ package testenv
 import (
 	"bytes"
 	"fmt"
+	"github.com/km0/edgeproc/internal/tail"
 	"net"
 	"os"
 	"os/exec"
@@ -40,7 +41,7 @@ type Mosquitto struct {
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when cmd has exited
-	stderr *tailBuffer
+	stderr *tail.Buffer
 }
 
 // StartMosquitto starts /usr/sbin/mosquitto on 127.0.0.1 and a free port with
@@ -58,7 +59,7 @@ func StartMosquitto(tb testing.TB) *Mosquitto {
 		port:    freePort(tb),
 		conf:    filepath.Join(dir, "mosquitto.conf"),
 		dataDir: filepath.Join(dir, "data") + string(filepath.Separator),
-		stderr:  newTailBuffer(64 << 10),
+		stderr:  tail.New(64 << 10),
 	}
 	if err := os.Mkdir(m.dataDir, 0o700); err != nil {
 		tb.Fatalf("create mosquitto data dir: %v", err)
@@ -200,30 +201,4 @@ func freePort(tb testing.TB) int {
 		tb.Fatalf("find a free port: unexpected address %v", l.Addr())
 	}
 	return addr.Port
-}
-
-// tailBuffer keeps the last max bytes written to it, so a chatty broker
-// cannot grow a test's memory without bound.
-type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	buf []byte
-}
-
-func newTailBuffer(max int) *tailBuffer { return &tailBuffer{max: max} }
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, p...)
-	if over := len(t.buf) - t.max; over > 0 {
-		t.buf = append(t.buf[:0], t.buf[over:]...)
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.buf)
 }
