@@ -328,7 +328,9 @@ func TestClose_ReportsUnackedWhenDown(t *testing.T) {
 func TestOpen_UpdatesExistingStream(t *testing.T) {
 	srv := testenv.StartNATS(t)
 	nc := srv.Connect(t)
-	cfg := bridge.Config{Market: "girona", DuplicateWindow: time.Minute}
+	// A long ack timeout: on a loaded machine a timed-out publish is
+	// retried, and the duplicate count below would then depend on timing.
+	cfg := bridge.Config{Market: "girona", DuplicateWindow: time.Minute, AckTimeout: time.Minute}
 	b := mustOpen(t, nc, cfg)
 	mustPublish(t, b, cfg.Subject(bridge.KindDistance), "k|0", []byte(`{}`))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -1,0 +1,66 @@
+package result
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+func TestRecord_KeysAndJSON(t *testing.T) {
+	cases := []struct {
+		r    Record
+		key  string
+		want map[string]any
+	}{
+		{Record{Type: Distance, Market: "girona", Courier: "van-3", Start: 60000, End: 360000, DistanceM: 12.5, Positions: 3, Stopped: true, Cell: 0x89394460cafffff, EmittedAt: 7},
+			"distance|girona|van-3|60000",
+			map[string]any{"window_start_ms": 60000.0, "window_end_ms": 360000.0, "distance_m": 12.5, "positions": 3.0, "stopped": true, "cell": "89394460cafffff", "emitted_at_ms": 7.0}},
+		{Record{Type: NoSignal, Market: "girona", Courier: "van-3", Start: 10, End: 20, Lat: 41.5, Lon: 2.25, EndOfInput: true},
+			"no_signal|girona|van-3|10",
+			map[string]any{"session_start_ms": 10.0, "last_seen_ms": 20.0, "last_lat": 41.5, "last_lon": 2.25, "end_of_input": true}},
+		{Record{Type: SignalRestored, Market: "girona", Courier: "van-3", SilentFrom: 20, RestoredAt: 95},
+			"signal_restored|girona|van-3|20",
+			map[string]any{"silent_from_ms": 20.0, "restored_at_ms": 95.0, "gap_ms": 75.0}},
+		{Record{Type: Late, Market: "girona", Courier: "van-3", Operator: OpSession, TS: 5, Watermark: 50},
+			"late|girona|van-3|5|session",
+			map[string]any{"operator": "session", "timestamp_ms": 5.0, "watermark_ms": 50.0, "lateness_ms": 45.0}},
+		{Record{Type: Rejected, Market: "girona", Reason: "malformed_json", Raw: []byte("a\"b\xff<"), Line: 9},
+			"rejected|girona|9",
+			map[string]any{"reason": "malformed_json", "raw": "a\"b\ufffd<", "line": 9.0}},
+	}
+	for _, c := range cases {
+		t.Run(c.r.Type.String(), func(t *testing.T) {
+			if got := c.r.Key(); got != c.key {
+				t.Fatalf("key: got %q, want %q", got, c.key)
+			}
+			var m map[string]any
+			if err := json.Unmarshal(c.r.AppendJSON(nil), &m); err != nil {
+				t.Fatalf("not JSON: %v: %s", err, c.r.AppendJSON(nil))
+			}
+			if m["type"] != c.r.Type.String() || m["market"] != "girona" || m["key"] != c.key {
+				t.Fatalf("common fields: got %v", m)
+			}
+			for k, v := range c.want {
+				if m[k] != v {
+					t.Errorf("%s: got %v, want %v", k, m[k], v)
+				}
+			}
+			if _, ok := m["end_of_input"]; ok && !c.r.EndOfInput {
+				t.Errorf("end_of_input present though false")
+			}
+		})
+	}
+}
+
+func TestTruncateRaw(t *testing.T) {
+	if got := TruncateRaw([]byte("short")); string(got) != "short" {
+		t.Fatalf("got %q", got)
+	}
+	// A 3-byte rune straddling the 1 KiB limit is cut before it.
+	p := []byte(strings.Repeat("a", RawLimit-1) + "€" + "tail")
+	got := TruncateRaw(p)
+	if len(got) != RawLimit-1 || !utf8.Valid(got) {
+		t.Fatalf("got %d bytes (valid UTF-8 %v), want %d", len(got), utf8.Valid(got), RawLimit-1)
+	}
+}
