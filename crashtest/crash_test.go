@@ -415,20 +415,7 @@ func TestKill9_ResultsEqualUninterruptedRun(t *testing.T) {
 
 func compare(tb testing.TB, got, want map[string]string, gotRej, wantRej map[string]bool) {
 	tb.Helper()
-	var diffs []string
-	for k, w := range want {
-		switch g, ok := got[k]; {
-		case !ok:
-			diffs = append(diffs, "missing from the stream: "+w)
-		case g != w:
-			diffs = append(diffs, fmt.Sprintf("got %s\n    want %s", g, w))
-		}
-	}
-	for k, g := range got {
-		if _, ok := want[k]; !ok {
-			diffs = append(diffs, "not in the reference run: "+g)
-		}
-	}
+	diffs := testenv.DiffResults(got, want, "the reference run")
 	for p := range wantRej {
 		if !gotRej[p] {
 			diffs = append(diffs, fmt.Sprintf("rejected input missing from the stream: %q", p))

@@ -263,21 +263,7 @@ func streamResults(tb testing.TB, url, stream string) map[string]string {
 // bytes, reporting at most ten differences.
 func compareResults(tb testing.TB, got, want map[string]string) {
 	tb.Helper()
-	var diffs []string
-	for k, w := range want {
-		g, ok := got[k]
-		switch {
-		case !ok:
-			diffs = append(diffs, "missing from the stream: "+w)
-		case g != w:
-			diffs = append(diffs, fmt.Sprintf("got %s\n    want %s", g, w))
-		}
-	}
-	for k, g := range got {
-		if _, ok := want[k]; !ok {
-			diffs = append(diffs, "not emitted by the replay: "+g)
-		}
-	}
+	diffs := testenv.DiffResults(got, want, "the replay")
 	if len(diffs) > 0 {
 		tb.Errorf("%d differences between the stream (%d results) and the replay (%d results); first ones:", len(diffs), len(got), len(want))
 		for _, d := range diffs[:min(10, len(diffs))] {

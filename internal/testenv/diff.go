@@ -1,0 +1,29 @@
+package testenv
+
+import (
+	"fmt"
+	"sort"
+)
+
+// DiffResults compares results by key (key → JSON bytes) and describes
+// every difference: a key missing from got, a key only in got, or the same
+// key with other bytes. wantName names where want came from in the
+// messages ("the replay", "the reference run"). The lines are sorted.
+func DiffResults(got, want map[string]string, wantName string) []string {
+	var diffs []string
+	for k, w := range want {
+		switch g, ok := got[k]; {
+		case !ok:
+			diffs = append(diffs, "missing from the stream: "+w)
+		case g != w:
+			diffs = append(diffs, fmt.Sprintf("got %s\n    want %s", g, w))
+		}
+	}
+	for k, g := range got {
+		if _, ok := want[k]; !ok {
+			diffs = append(diffs, "not in "+wantName+": "+g)
+		}
+	}
+	sort.Strings(diffs)
+	return diffs
+}
