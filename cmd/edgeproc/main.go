@@ -33,9 +33,9 @@ var commands = map[string]func(ctx context.Context, args []string, stdout, stder
 	"check-config": runCheckConfig,
 	"sim":          runSim,
 	"demo":         runDemo,
-	"version": func(context.Context, []string, io.Writer, io.Writer) error {
-		fmt.Println("edgeproc", version)
-		return nil
+	"version": func(_ context.Context, _ []string, stdout, _ io.Writer) error {
+		_, err := fmt.Fprintln(stdout, "edgeproc", version)
+		return err
 	},
 }
 
