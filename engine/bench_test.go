@@ -34,7 +34,7 @@ func fleetInputs(couriers int, d time.Duration) []Input {
 // windows, sessions, ordering; no file and no output encoding) over a
 // 500-courier fleet, per position.
 func BenchmarkEngine(b *testing.B) {
-	ins := fleetInputs(500, 30*time.Minute)
+	ins := fleetInputs(500, 2*time.Hour)
 	for _, shards := range []int{1, 2} {
 		b.Run("shards="+string(rune('0'+shards)), func(b *testing.B) {
 			b.ReportAllocs()
