@@ -163,6 +163,13 @@ type State struct {
 	// per entry, ~1 ms each) or "none" (written to the OS without fsync:
 	// survives kill -9, not a power cut). Default "batch".
 	WALSync string
+	// WALBatchInterval bounds how long a group commit waits to gather
+	// entries before its fsync (yaml wal_batch_interval): the added ack
+	// latency. Default 2ms; > 0.
+	WALBatchInterval time.Duration
+	// WALBatchMax starts a group commit's fsync as soon as this many entries
+	// wait (yaml wal_batch_max). Default 1024; > 0.
+	WALBatchMax int
 }
 
 // WALSyncModes are the accepted values of state.wal_sync.
@@ -202,7 +209,7 @@ func Default() Config {
 		},
 		Distance: Distance{MinMoveM: 10, MaxSpeedKmh: 150, StoppedBelowM: 50},
 		Geo:      Geo{H3Resolution: 9},
-		State:    State{CheckpointInterval: 10 * time.Second, WALSync: "batch"},
+		State:    State{CheckpointInterval: 10 * time.Second, WALSync: "batch", WALBatchInterval: 2 * time.Millisecond, WALBatchMax: 1024},
 		HTTP:     HTTP{Listen: "127.0.0.1:9464"},
 	}
 }

@@ -102,6 +102,8 @@ func (d *decoder) decode(r io.Reader, c *Config) {
 			{"dir", d.str(&c.State.Dir)},
 			{"checkpoint_interval", d.duration(&c.State.CheckpointInterval)},
 			{"wal_sync", d.str(&c.State.WALSync)},
+			{"wal_batch_interval", d.duration(&c.State.WALBatchInterval)},
+			{"wal_batch_max", d.int(&c.State.WALBatchMax)},
 		})},
 		{"http", d.section([]field{
 			{"listen", d.str(&c.HTTP.Listen)},

@@ -61,6 +61,10 @@ func (c Config) validate() []*FieldError {
 	if !slices.Contains(WALSyncModes, c.State.WALSync) {
 		v.add("state.wal_sync", c.State.WALSync, ErrInvalid, "must be one of "+strings.Join(WALSyncModes, ", "))
 	}
+	v.positive("state.wal_batch_interval", c.State.WALBatchInterval)
+	if c.State.WALBatchMax <= 0 {
+		v.add("state.wal_batch_max", strconv.Itoa(c.State.WALBatchMax), ErrNotPositive, "must be positive")
+	}
 	v.listen("http.listen", c.HTTP.Listen)
 	return v.errs
 }

@@ -133,6 +133,8 @@ func TestValidate_Rules(t *testing.T) {
 		{"wal_sync unknown", m + "state:\n  wal_sync: sometimes\n", "state.wal_sync", ErrInvalid},
 		{"wal_sync empty", m + "state:\n  wal_sync: ''\n", "state.wal_sync", ErrInvalid},
 		{"wal_sync upper case", m + "state:\n  wal_sync: Batch\n", "state.wal_sync", ErrInvalid},
+		{"wal_batch_interval zero", m + "state:\n  wal_batch_interval: 0s\n", "state.wal_batch_interval", ErrNotPositive},
+		{"wal_batch_max zero", m + "state:\n  wal_batch_max: 0\n", "state.wal_batch_max", ErrNotPositive},
 		{"listen empty", m + "http:\n  listen: ''\n", "http.listen", ErrRequired},
 		{"listen no port", m + "http:\n  listen: 127.0.0.1\n", "http.listen", ErrInvalid},
 		{"listen named port", m + "http:\n  listen: 'localhost:http'\n", "http.listen", ErrInvalid},

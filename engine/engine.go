@@ -316,6 +316,9 @@ type Stats struct {
 	Results            map[string]int64 // by type, rejected included
 	Couriers           int64            // couriers with state
 	Watermark          int64
+	// InFlight is how many chunks of inputs are between the sequencer and
+	// the sink, out of InFlightMax: at the maximum, Push blocks.
+	InFlight, InFlightMax int
 }
 
 // Stats returns the counters. It is safe to call from any goroutine.
@@ -337,6 +340,7 @@ func (e *Engine) Stats() Stats {
 			st.Results[t.String()] += s.stats.results[t].Load()
 		}
 	}
+	st.InFlight, st.InFlightMax = inFlight-len(e.free), inFlight
 	st.Watermark = tmath.Never
 	for _, s := range e.shards {
 		st.Watermark = max(st.Watermark, s.stats.watermark.Load())

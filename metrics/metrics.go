@@ -114,6 +114,8 @@ var (
 	dLag        = desc("watermark_lag_seconds", "Wall clock minus watermark, seconds; absent before the first position.")
 	dQueue      = desc("ingest_queue_depth", "Received messages waiting for the engine.")
 	dQueueCap   = desc("ingest_queue_capacity", "Capacity of the ingest queue; at capacity, MQTT intake blocks.")
+	dInFlight   = desc("engine_chunks_in_flight", "Chunks of inputs between the engine's sequencer and its sink (the shard queues); at engine_chunks_in_flight_max, the ingest goroutine blocks.")
+	dInFlightMx = desc("engine_chunks_in_flight_max", "Capacity of the engine's shard queues, in chunks.")
 
 	dPublished  = desc("bridge_published_total", "Results accepted for publishing to JetStream.")
 	dAcked      = desc("bridge_acked_total", "Results acknowledged by JetStream, duplicates included.")
@@ -147,7 +149,7 @@ var (
 )
 
 var allDescs = []*prometheus.Desc{
-	dReceived, dAccepted, dRejected, dDuplicates, dLate, dResults, dCouriers, dWatermark, dLag, dQueue, dQueueCap,
+	dReceived, dAccepted, dRejected, dDuplicates, dLate, dResults, dCouriers, dWatermark, dLag, dQueue, dQueueCap, dInFlight, dInFlightMx,
 	dPublished, dAcked, dBDup, dBErrors, dBRetries, dPending, dKVWrites, dKVErrors, dKVRefused, dNATSUp, dStreamUp,
 	dMQTTUp, dMQTTRecv, dMQTTRedel, dMQTTOut, dMQTTReconn, dMQTTLost,
 	dCkptAge, dCkptDur, dCkptBytes, dCkpts, dCkptFail, dCkptSkip, dWALBytes, dWALRepairs, dWALFsync, dReplayed, dRecoveryDur,
@@ -189,6 +191,8 @@ func (c *Collector) collect(ch chan<- prometheus.Metric, name string, s Snapshot
 			counter(dResults, float64(e.Results[k]), k)
 		}
 		gauge(dCouriers, float64(e.Couriers))
+		gauge(dInFlight, float64(e.InFlight))
+		gauge(dInFlightMx, float64(e.InFlightMax))
 		if e.Watermark != tmath.Never && e.Watermark != tmath.Forever {
 			gauge(dWatermark, float64(e.Watermark))
 			gauge(dLag, float64(now.UnixMilli()-e.Watermark)/1000)

@@ -57,7 +57,7 @@ func TestCollector_ReadsSnapshots(t *testing.T) {
 	full := metrics.Market{Name: "girona", Snapshot: func() metrics.Snapshot {
 		return metrics.Snapshot{
 			Engine: engine.Stats{
-				Received: 10, Accepted: 7, Duplicates: 1, LateDistance: 2, LateSession: 3, Couriers: 4,
+				Received: 10, Accepted: 7, Duplicates: 1, LateDistance: 2, LateSession: 3, Couriers: 4, InFlight: 2, InFlightMax: 4,
 				Rejected:  map[string]int64{"malformed_json": 2, "too_large": 1},
 				Results:   map[string]int64{"distance": 5, "rejected": 3},
 				Watermark: 940_000,
@@ -92,6 +92,8 @@ func TestCollector_ReadsSnapshots(t *testing.T) {
 		{"edgeproc_watermark_ms{market=girona}", 940_000},
 		{"edgeproc_watermark_lag_seconds{market=girona}", 60},
 		{"edgeproc_ingest_queue_depth{market=girona}", 5},
+		{"edgeproc_engine_chunks_in_flight{market=girona}", 2},
+		{"edgeproc_engine_chunks_in_flight_max{market=girona}", 4},
 		{"edgeproc_ingest_queue_capacity{market=girona}", 1024},
 		{"edgeproc_bridge_published_total{market=girona}", 8},
 		{"edgeproc_bridge_acked_total{market=girona}", 6},

@@ -81,7 +81,10 @@ func (m *market) walOptions() wal.Options {
 	case "none":
 		mode = wal.SyncNone
 	}
-	return wal.Options{Sync: mode, OnFsync: func(d time.Duration, _ int) { m.ckpt.fsync.Observe(d) }}
+	return wal.Options{
+		Sync: mode, Interval: m.cfg.State.WALBatchInterval, MaxBatch: m.cfg.State.WALBatchMax,
+		OnFsync: func(d time.Duration, _ int) { m.ckpt.fsync.Observe(d) },
+	}
 }
 
 // warnDuplicateWindow warns when a recovery could re-publish results older
