@@ -71,9 +71,14 @@ func (c *chunk) stepAt(t int64) step {
 	return c.steps[i]
 }
 
-func sortRecords(rs []result.Record) {
-	sort.Slice(rs, func(i, j int) bool { return result.Less(&rs[i], &rs[j]) })
-}
+func sortRecords(rs []result.Record) { sort.Sort(byOrder(rs)) }
+
+// byOrder sorts records in place by result.Less without copying them.
+type byOrder []result.Record
+
+func (s byOrder) Len() int           { return len(s) }
+func (s byOrder) Less(i, j int) bool { return result.Less(&s[i], &s[j]) }
+func (s byOrder) Swap(i, j int)      { s[i], s[j] = s[j], s[i] }
 
 // keepRecords is the capacity of a record buffer kept between chunks. The
 // firings at a window end can fill one far beyond the usual; such a buffer
