@@ -36,7 +36,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/eclipse/paho.golang/paho"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -272,22 +271,6 @@ func streamCount(tb testing.TB, url, stream string) uint64 {
 	return st.CachedInfo().State.Msgs
 }
 
-func mustPublisher(tb testing.TB, addr string) *paho.Client {
-	tb.Helper()
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		tb.Fatalf("dial %s: %v", addr, err)
-	}
-	c := paho.NewClient(paho.ClientConfig{Conn: conn})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := c.Connect(ctx, &paho.Connect{ClientID: "crash-pub", CleanStart: true, KeepAlive: 30}); err != nil {
-		tb.Fatalf("connect publisher: %v", err)
-	}
-	tb.Cleanup(func() { _ = c.Disconnect(&paho.Disconnect{}) })
-	return c
-}
-
 func TestKill9_ResultsEqualUninterruptedRun(t *testing.T) {
 	bin := mustBuild(t)
 	mosq := testenv.StartMosquitto(t)
@@ -313,16 +296,16 @@ func TestKill9_ResultsEqualUninterruptedRun(t *testing.T) {
 
 	// Publisher: the whole fleet over publishFor, QoS 1, acked by Mosquitto.
 	pubDone := make(chan error, 1)
+	pub := mosq.Publisher(t, "crash-pub") // on the test goroutine: it may fail the test
 	go func() {
-		pub := mustPublisher(t, mosq.Addr())
 		pace := publishFor / time.Duration(len(msgs))
 		next := time.Now()
 		for _, m := range msgs {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			_, err := pub.Publish(ctx, &paho.Publish{QoS: 1, Topic: m.Topic, Payload: m.Payload})
+			err := pub.Publish(ctx, m.Topic, m.Payload)
 			cancel()
 			if err != nil {
-				pubDone <- fmt.Errorf("publish: %w", err)
+				pubDone <- err
 				return
 			}
 			next = next.Add(pace)

@@ -2,10 +2,7 @@ package mqtt
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"net"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/eclipse/paho.golang/paho"
+	"github.com/km0/edgeproc/internal/testenv"
 )
 
 // testTopicFilter and testTopic follow the contract's topic shape: the last
@@ -121,54 +118,11 @@ func waitUntil(tb testing.TB, timeout time.Duration, what string, cond func() bo
 	}
 }
 
-// publisher is a plain paho client (no autopaho, no session) used by the
-// tests to publish QoS 1 messages; Publish returns once the broker has
-// acknowledged the message, so it is in our session queue.
-type publisher struct {
-	cli *paho.Client
-}
-
-func mustPublisher(tb testing.TB, brokerURL string) *publisher {
-	tb.Helper()
-	u, err := url.Parse(brokerURL)
-	if err != nil {
-		tb.Fatalf("parse %s: %v", brokerURL, err)
-	}
-	conn, err := net.DialTimeout("tcp", u.Host, 2*time.Second)
-	if err != nil {
-		tb.Fatalf("dial %s: %v", u.Host, err)
-	}
-	cli := paho.NewClient(paho.ClientConfig{Conn: conn})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	ca, err := cli.Connect(ctx, &paho.Connect{ClientID: fmt.Sprintf("pub-%d", time.Now().UnixNano()), CleanStart: true, KeepAlive: 30})
-	if err != nil {
-		tb.Fatalf("publisher connect: %v", err)
-	}
-	if ca.ReasonCode != 0 {
-		tb.Fatalf("publisher connect: reason %d", ca.ReasonCode)
-	}
-	p := &publisher{cli: cli}
-	tb.Cleanup(p.close)
-	return p
-}
-
-func (p *publisher) close() { _ = p.cli.Disconnect(&paho.Disconnect{}) }
-
-func (p *publisher) publish(tb testing.TB, topic string, payload []byte) {
-	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if _, err := p.cli.Publish(ctx, &paho.Publish{Topic: topic, QoS: 1, Payload: payload}); err != nil {
-		tb.Fatalf("publish to %s: %v", topic, err)
-	}
-}
-
 // publishSeq publishes payloads "from".."to-1" (decimal) to courier's topic.
-func (p *publisher) publishSeq(tb testing.TB, courier string, from, to int) {
+func publishSeq(tb testing.TB, p *testenv.Publisher, courier string, from, to int) {
 	tb.Helper()
 	for i := from; i < to; i++ {
-		p.publish(tb, testTopic(courier), []byte(strconv.Itoa(i)))
+		p.MustPublish(tb, testTopic(courier), []byte(strconv.Itoa(i)))
 	}
 }
 

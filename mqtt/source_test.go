@@ -21,11 +21,11 @@ func TestSource_ReceivesInOrder(t *testing.T) {
 	waitSubscribed(t, src)
 
 	const n = 200
-	pub := mustPublisher(t, broker.URL())
+	pub := broker.Publisher(t, "")
 	before := time.Now()
 	for i := range n {
 		courier := fmt.Sprintf("van-%d", i%3)
-		pub.publish(t, testTopic(courier), fmt.Appendf(nil, `{"courier":%q,"seq":%d}`, courier, i))
+		pub.MustPublish(t, testTopic(courier), fmt.Appendf(nil, `{"courier":%q,"seq":%d}`, courier, i))
 	}
 	got := rec.waitLen(t, n, 10*time.Second)
 
@@ -69,8 +69,8 @@ func TestSource_PersistentSessionQueuesWhileStopped(t *testing.T) {
 	mustClose(t, first)
 
 	const n = 1000
-	pub := mustPublisher(t, broker.URL())
-	pub.publishSeq(t, "van-1", 0, n)
+	pub := broker.Publisher(t, "")
+	publishSeq(t, pub, "van-1", 0, n)
 
 	rec := newRecorder()
 	second := mustStart(t, cfg, func(m *Message) { rec.handle(m); m.Ack() })
@@ -117,8 +117,8 @@ func TestSource_UnackedRedeliveredAfterRestart(t *testing.T) {
 			rec := newRecorder()
 			first := mustStart(t, cfg, rec.handle)
 			waitSubscribed(t, first)
-			pub := mustPublisher(t, broker.URL())
-			pub.publishSeq(t, "van-1", 0, 20)
+			pub := broker.Publisher(t, "")
+			publishSeq(t, pub, "van-1", 0, 20)
 			got := rec.waitLen(t, 20, 10*time.Second)
 			for _, seq := range tt.ack {
 				got[seq].Ack() // from the test goroutine, not the handler
@@ -184,16 +184,16 @@ func TestSource_BrokerRestartMidStream(t *testing.T) {
 	waitSubscribed(t, src)
 
 	const half = 1000
-	pub := mustPublisher(t, broker.URL())
-	pub.publishSeq(t, "van-1", 0, half)
+	pub := broker.Publisher(t, "")
+	publishSeq(t, pub, "van-1", 0, half)
 	rec.waitLen(t, 100, 10*time.Second)
-	pub.close()
+	pub.Close()
 
 	broker.Restart() // mid-stream: hundreds still queued, some in flight
 	waitUntil(t, 10*time.Second, "reconnection", func() bool { return src.Stats().Reconnects >= 1 && src.Stats().Subscribed })
 
-	pub2 := mustPublisher(t, broker.URL())
-	pub2.publishSeq(t, "van-1", half, 2*half)
+	pub2 := broker.Publisher(t, "")
+	publishSeq(t, pub2, "van-1", half, 2*half)
 
 	seen := make(map[int]int)
 	waitUntil(t, 30*time.Second, "every message after the restart", func() bool {
@@ -233,9 +233,9 @@ func TestSource_BackpressureBoundedByReceiveMaximum(t *testing.T) {
 	rec := newRecorder()
 	src := mustStart(t, cfg, rec.handle)
 	waitSubscribed(t, src)
-	pub := mustPublisher(t, broker.URL())
+	pub := broker.Publisher(t, "")
 	const n = 300
-	pub.publishSeq(t, "van-1", 0, n)
+	publishSeq(t, pub, "van-1", 0, n)
 
 	rec.waitLen(t, int(cfg.ReceiveMaximum), 10*time.Second)
 	time.Sleep(300 * time.Millisecond)
@@ -282,9 +282,9 @@ func TestSource_BlockingHandlerLosesNothing(t *testing.T) {
 		m.Ack()
 	})
 	waitSubscribed(t, src)
-	pub := mustPublisher(t, broker.URL())
+	pub := broker.Publisher(t, "")
 	const n = 200
-	pub.publishSeq(t, "van-1", 0, n)
+	publishSeq(t, pub, "van-1", 0, n)
 
 	time.Sleep(300 * time.Millisecond)
 	if got := rec.len(); got != 1 {
@@ -324,7 +324,7 @@ func TestSource_StartsBeforeBrokerAndCloses(t *testing.T) {
 
 	broker.Restart() // same port: the retrying source finds it
 	waitSubscribed(t, src)
-	mustPublisher(t, broker.URL()).publishSeq(t, "van-9", 0, 3)
+	publishSeq(t, broker.Publisher(t, ""), "van-9", 0, 3)
 	if got := rec.waitLen(t, 3, 10*time.Second); string(got[2].Payload) != "2" {
 		t.Errorf("got last payload %q, want %q", got[2].Payload, "2")
 	}

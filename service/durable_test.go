@@ -72,7 +72,7 @@ func TestRun_RestartFromStateEqualsUninterruptedRun(t *testing.T) {
 			rec := newRecorder()
 			msgs := testenv.FleetMessages("girona", 20, 10*time.Minute, 17, time.Now().Add(-time.Minute))
 			half := len(msgs) / 2
-			pub := mustPublisher(t, mosq.Addr(), "restart-state-pub")
+			pub := mosq.Publisher(t, "restart-state-pub")
 
 			// First run: half the fleet, at least two checkpoints.
 			reg := prometheus.NewRegistry()
@@ -80,7 +80,7 @@ func TestRun_RestartFromStateEqualsUninterruptedRun(t *testing.T) {
 			waitReady(t, svc, 20*time.Second)
 			published := map[string]bool{}
 			for _, m := range msgs[:half] {
-				pub.publish(t, m.Topic, m.Payload)
+				pub.MustPublish(t, m.Topic, m.Payload)
 				published[string(m.Payload)] = true
 			}
 			rec.waitSeen(t, published, 30*time.Second)
@@ -109,7 +109,7 @@ func TestRun_RestartFromStateEqualsUninterruptedRun(t *testing.T) {
 				t.Errorf("entries replayed at start: got %v, want replayed %v", got, tt.wantReplayed)
 			}
 			for _, m := range msgs[half:] {
-				pub.publish(t, m.Topic, m.Payload)
+				pub.MustPublish(t, m.Topic, m.Payload)
 				published[string(m.Payload)] = true
 			}
 			rec.waitSeen(t, published, 30*time.Second)

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/eclipse/paho.golang/paho"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/km0/edgeproc/config"
@@ -124,38 +123,6 @@ func (r *running) stop(tb testing.TB, d time.Duration) {
 	}
 	tb.Logf("graceful shutdown took %v", time.Since(start).Round(time.Millisecond))
 }
-
-// publisher publishes QoS 1 messages to Mosquitto and waits for each ack.
-type publisher struct {
-	c *paho.Client
-}
-
-func mustPublisher(tb testing.TB, addr, id string) *publisher {
-	tb.Helper()
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		tb.Fatalf("dial %s: %v", addr, err)
-	}
-	c := paho.NewClient(paho.ClientConfig{Conn: conn})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := c.Connect(ctx, &paho.Connect{ClientID: id, CleanStart: true, KeepAlive: 30}); err != nil {
-		tb.Fatalf("connect publisher: %v", err)
-	}
-	tb.Cleanup(func() { _ = c.Disconnect(&paho.Disconnect{}) })
-	return &publisher{c: c}
-}
-
-func (p *publisher) publish(tb testing.TB, topic string, payload []byte) {
-	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := p.c.Publish(ctx, &paho.Publish{QoS: 1, Topic: topic, Payload: payload}); err != nil {
-		tb.Fatalf("publish to %s: %v", topic, err)
-	}
-}
-
-func (p *publisher) close() { _ = p.c.Disconnect(&paho.Disconnect{}) }
 
 // replayFile renders recorded inputs as a replay file: each payload with
 // the arrival the service recorded, then one last line one millisecond

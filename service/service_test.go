@@ -66,12 +66,12 @@ func TestRun_KappaLiveEqualsReplay(t *testing.T) {
 	svc := startService(t, []config.Config{girona, quiet}, service.Deps{Log: testLog(t), Record: rec.record, Registry: reg})
 
 	msgs := testenv.FleetMessages("girona", 40, 15*time.Minute, 7, time.Now().Add(-time.Minute))
-	pub := mustPublisher(t, mosq.Addr(), "kappa-pub")
+	pub := mosq.Publisher(t, "kappa-pub")
 	waitReady(t, svc, 20*time.Second)
 	published := map[string]bool{}
 	start := time.Now()
 	for _, m := range msgs {
-		pub.publish(t, m.Topic, m.Payload)
+		pub.MustPublish(t, m.Topic, m.Payload)
 		published[string(m.Payload)] = true
 	}
 	t.Logf("published %d messages in %v", len(msgs), time.Since(start).Round(time.Millisecond))
@@ -114,17 +114,17 @@ func TestRun_BrokerRestartLosesNothing(t *testing.T) {
 	msgs := testenv.FleetMessages("girona", 20, 10*time.Minute, 11, time.Now().Add(-time.Minute))
 	published := map[string]bool{}
 	half := len(msgs) / 2
-	pub := mustPublisher(t, mosq.Addr(), "restart-pub")
+	pub := mosq.Publisher(t, "restart-pub")
 	for _, m := range msgs[:half] {
-		pub.publish(t, m.Topic, m.Payload)
+		pub.MustPublish(t, m.Topic, m.Payload)
 		published[string(m.Payload)] = true
 	}
-	pub.close()
+	pub.Close()
 	// Restart at once: part of the first half is still queued or in flight.
 	mosq.Restart()
-	pub = mustPublisher(t, mosq.Addr(), "restart-pub")
+	pub = mosq.Publisher(t, "restart-pub")
 	for _, m := range msgs[half:] {
-		pub.publish(t, m.Topic, m.Payload)
+		pub.MustPublish(t, m.Topic, m.Payload)
 		published[string(m.Payload)] = true
 	}
 	rec.waitSeen(t, published, 60*time.Second)
@@ -148,7 +148,7 @@ func TestRun_NATSOutageLosesNothing(t *testing.T) {
 
 	msgs := testenv.FleetMessages("girona", 20, 10*time.Minute, 13, time.Now().Add(-time.Minute))
 	published := map[string]bool{}
-	pub := mustPublisher(t, mosq.Addr(), "outage-pub")
+	pub := mosq.Publisher(t, "outage-pub")
 	third := len(msgs) / 3
 	for i, m := range msgs {
 		switch i {
@@ -161,7 +161,7 @@ func TestRun_NATSOutageLosesNothing(t *testing.T) {
 			time.Sleep(time.Second)
 			ns.Restart()
 		}
-		pub.publish(t, m.Topic, m.Payload)
+		pub.MustPublish(t, m.Topic, m.Payload)
 		published[string(m.Payload)] = true
 	}
 	rec.waitSeen(t, published, 60*time.Second)

@@ -1,0 +1,68 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+)
+
+// Publisher is a plain MQTT client (no autopaho, no session) that publishes
+// QoS 1 messages to a test broker: Publish returns once the broker has
+// acknowledged the message, so it is in the subscribers' session queues.
+type Publisher struct {
+	c *paho.Client
+}
+
+// Publisher connects a publisher to m with clientID ("" for a unique one).
+// It fails the test on error: call it from the test's goroutine. The
+// connection is closed at cleanup.
+func (m *Mosquitto) Publisher(tb testing.TB, clientID string) *Publisher {
+	tb.Helper()
+	if clientID == "" {
+		clientID = fmt.Sprintf("pub-%d", time.Now().UnixNano())
+	}
+	conn, err := net.DialTimeout("tcp", m.Addr(), 5*time.Second)
+	if err != nil {
+		tb.Fatalf("publisher: dial %s: %v", m.Addr(), err)
+	}
+	c := paho.NewClient(paho.ClientConfig{Conn: conn})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ca, err := c.Connect(ctx, &paho.Connect{ClientID: clientID, CleanStart: true, KeepAlive: 30})
+	if err != nil {
+		tb.Fatalf("publisher: connect: %v", err)
+	}
+	if ca.ReasonCode != 0 {
+		tb.Fatalf("publisher: connect: reason %d", ca.ReasonCode)
+	}
+	p := &Publisher{c: c}
+	tb.Cleanup(p.Close)
+	return p
+}
+
+// Publish sends one QoS 1 message and waits for the broker's ack. It is
+// safe to call from any goroutine.
+func (p *Publisher) Publish(ctx context.Context, topic string, payload []byte) error {
+	if _, err := p.c.Publish(ctx, &paho.Publish{QoS: 1, Topic: topic, Payload: payload}); err != nil {
+		return fmt.Errorf("publish to %s: %w", topic, err)
+	}
+	return nil
+}
+
+// MustPublish is Publish with a 10 s bound that fails the test on error;
+// call it from the test's goroutine.
+func (p *Publisher) MustPublish(tb testing.TB, topic string, payload []byte) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.Publish(ctx, topic, payload); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// Close disconnects; closing twice is harmless.
+func (p *Publisher) Close() { _ = p.c.Disconnect(&paho.Disconnect{}) }
