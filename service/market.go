@@ -352,24 +352,20 @@ func (m *market) ingest(eng *engine.Engine, fail context.CancelFunc) {
 	defer eng.Stop()
 	for {
 		select {
-		case d, ok := <-m.in:
-			if !ok {
+		case d, open := <-m.in:
+			// Take everything already waiting, then hand it to the shards.
+			for waiting := open; waiting; {
+				m.apply(eng, d, fail)
+				select {
+				case d, open = <-m.in:
+					waiting = open
+				default:
+					waiting = false
+				}
+			}
+			if !open {
 				m.snapshotFinal(eng)
 				return
-			}
-			m.apply(eng, d, fail)
-		drain:
-			for {
-				select {
-				case d, ok := <-m.in:
-					if !ok {
-						m.snapshotFinal(eng)
-						return
-					}
-					m.apply(eng, d, fail)
-				default:
-					break drain
-				}
 			}
 			eng.Flush()
 		case <-t.C:
