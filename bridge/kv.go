@@ -58,18 +58,12 @@ func (b *Bridge) UpdateCourier(cs CourierState) {
 		return
 	}
 	b.kvMu.Lock()
-	e := b.couriers[cs.Courier]
+	e := trackLocked(b, cs.Courier)
 	if e == nil {
-		if len(b.couriers) >= b.cfg.MaxCouriers {
-			b.kvMu.Unlock()
-			b.kvRefused.Add(1)
-			return
-		}
-		// Not written within the last KVInterval (else it would still be
-		// tracked): writing now keeps the rate limit.
-		e = &courierEntry{urgent: true}
-		b.couriers[cs.Courier] = e
-	} else if cs.Status != e.state.Status {
+		b.kvMu.Unlock()
+		return
+	}
+	if cs.Status != e.state.Status {
 		e.urgent = true
 	}
 	e.state = cs
@@ -77,11 +71,27 @@ func (b *Bridge) UpdateCourier(cs CourierState) {
 	urgent := e.urgent
 	b.kvMu.Unlock()
 	if urgent {
-		select {
-		case b.kvWake <- struct{}{}:
-		default: // a wake-up is already pending
-		}
+		b.wakeKV()
 	}
+}
+
+// trackLocked returns the coalescer's entry for courier, adding it while
+// there is room; nil, counted in KVRefused, when MaxCouriers are tracked.
+// kvMu is held.
+func trackLocked[S string | []byte](b *Bridge, courier S) *courierEntry {
+	if e := b.couriers[string(courier)]; e != nil { // no allocation for a lookup
+		return e
+	}
+	if len(b.couriers) >= b.cfg.MaxCouriers {
+		b.kvRefused.Add(1)
+		return nil
+	}
+	// Not written within the last KVInterval (else it would still be
+	// tracked): writing at once keeps the rate limit.
+	e := &courierEntry{urgent: true}
+	e.state.Courier = string(courier)
+	b.couriers[e.state.Courier] = e
+	return e
 }
 
 // kvLoop writes due courier states on a ticker, and at once when woken by
@@ -195,21 +205,12 @@ func (b *Bridge) UpdatePosition(courier []byte, ts int64, lat, lon float64) {
 	default:
 	}
 	b.kvMu.Lock()
-	e := b.couriers[string(courier)] // no allocation: the compiler special-cases map lookups
-	if e != nil && ts <= e.state.TS {
+	e := trackLocked(b, courier)
+	if e == nil || ts <= e.state.TS {
 		b.kvMu.Unlock()
 		return
 	}
-	if e == nil {
-		if len(b.couriers) >= b.cfg.MaxCouriers {
-			b.kvMu.Unlock()
-			b.kvRefused.Add(1)
-			return
-		}
-		e = &courierEntry{urgent: true}
-		b.couriers[string(courier)] = e
-		e.state.Courier = string(courier)
-	} else if e.state.Status != StatusOnline {
+	if e.state.Status != StatusOnline {
 		e.urgent = true
 	}
 	e.state.Lat, e.state.Lon, e.state.TS, e.state.Cell = lat, lon, ts, ""
