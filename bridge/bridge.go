@@ -22,7 +22,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/km0/edgeproc/internal/ratelog"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -30,6 +29,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/km0/edgeproc/internal/ratelog"
 )
 
 // Sentinel errors.

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/km0/edgeproc/internal/mosquitto"
 )
 
 // market is the market loadbench configures; its topic is
@@ -92,7 +94,7 @@ func buildEdgeproc(ctx context.Context, dir string) (string, error) {
 // returns once /readyz answers 200 (MQTT and NATS connected, stream
 // created).
 func startEdgeproc(ctx context.Context, bin, dir, mqttURL, natsURL string, w windowSettings) (*edgeprocProc, error) {
-	port, err := freePort()
+	port, err := mosquitto.FreePort()
 	if err != nil {
 		return nil, err
 	}

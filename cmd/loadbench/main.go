@@ -40,6 +40,7 @@ import (
 	"time"
 
 	"github.com/km0/edgeproc/fleet"
+	"github.com/km0/edgeproc/internal/mosquitto"
 )
 
 // Targets of issue #3.
@@ -164,12 +165,12 @@ func bench(ctx context.Context, o options, rates []float64, stdout, stderr io.Wr
 
 	brokerURL, brokerPID := o.MQTT, 0
 	if brokerURL == "" {
-		m, err := startMosquitto(o.Mosquitto, dir)
+		m, err := mosquitto.Start(o.Mosquitto, dir, 32<<10)
 		if err != nil {
-			return false, err
+			return false, fmt.Errorf("%w (or pass --mqtt URL)", err)
 		}
-		defer m.stop()
-		brokerURL, brokerPID = m.url(), m.cmd.Process.Pid
+		defer m.Stop()
+		brokerURL, brokerPID = m.URL(), m.PID()
 		fmt.Fprintf(stdout, "# broker: %s (Mosquitto, max_queued_messages 0, persistence on)\n", brokerURL)
 	} else {
 		fmt.Fprintf(stdout, "# broker: %s (given)\n", brokerURL)
