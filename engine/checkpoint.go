@@ -7,7 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/km0/edgeproc/internal/tmath"
 	"github.com/km0/edgeproc/internal/wire"
 	"github.com/km0/edgeproc/watermark"
 )
@@ -45,9 +44,7 @@ var (
 // under any shard count. tag is stored in it and returned by Restore (the
 // live service stores the write-ahead-log index the snapshot reflects).
 func (e *Engine) Checkpoint(tag uint64, done func(snapshot []byte)) {
-	c := e.chunk()
-	e.cur = nil
-	c.wm = e.wm.Current()
+	c := e.take()
 	j := &snapshotJob{header: e.appendHeader(nil, tag), parts: make([][]byte, len(e.shards)), done: done, wg: &e.wg}
 	j.left.Store(int32(len(e.shards) + 1)) // every shard, and the merger
 	c.ckpt = j
@@ -192,11 +189,10 @@ func (s *shard) appendCourier(b []byte, c *courier) []byte {
 // (whose shard count may differ from the snapshot's), and returns the
 // snapshot's tag.
 func Restore(cfg Config, sink Sink, snapshot []byte) (*Engine, uint64, error) {
-	r := wire.NewReader(snapshot)
 	if len(snapshot) < len(snapshotMagic) || string(snapshot[:len(snapshotMagic)]) != string(snapshotMagic) {
 		return nil, 0, fmt.Errorf("%w: not an edgeproc snapshot", ErrSnapshotCorrupt)
 	}
-	r = wire.NewReader(snapshot[len(snapshotMagic):])
+	r := wire.NewReader(snapshot[len(snapshotMagic):])
 	if v := r.Uint(); r.Err() == nil && v != SnapshotVersion {
 		return nil, 0, fmt.Errorf("%w: version %d, this edgeproc reads version %d", ErrSnapshotVersion, v, SnapshotVersion)
 	}
@@ -233,7 +229,7 @@ func Restore(cfg Config, sink Sink, snapshot []byte) (*Engine, uint64, error) {
 	for r.Len() > 0 && r.Err() == nil {
 		n := r.Count(4)
 		for i := 0; i < n && r.Err() == nil; i++ {
-			c := &courier{name: r.String(), latest: r.Int(), timer: tmath.Never}
+			c := &courier{name: r.String(), latest: r.Int()}
 			if err := c.dist.ReadState(e.params.spec, r); err != nil {
 				e.Stop()
 				return nil, 0, fmt.Errorf("%w: courier %q: %v", ErrSnapshotCorrupt, c.name, err)

@@ -31,7 +31,6 @@ type chunk struct {
 	events     [][]event // by shard
 	names      []byte
 	steps      []step // strictly increasing wm
-	startWM    int64  // watermark before the chunk
 	wm         int64  // watermark after the chunk
 	endOfInput bool
 	recs       []result.Record   // the sequencer's own (rejected inputs)

@@ -206,13 +206,9 @@ func (e *Engine) Tick(now int64) {
 
 // Flush hands the inputs pushed so far to the shards.
 func (e *Engine) Flush() {
-	if e.cur == nil {
-		return
+	if e.cur != nil {
+		e.dispatch(e.take())
 	}
-	c := e.cur
-	e.cur = nil
-	c.wm = e.wm.Current()
-	e.dispatch(c)
 }
 
 // Sync hands the inputs pushed so far to the shards and waits until the
@@ -232,9 +228,7 @@ func (e *Engine) Sync() {
 // (contract §3, end of a replay), and Close returns once the sink has
 // received every result.
 func (e *Engine) Close() {
-	c := e.chunk()
-	e.cur = nil
-	c.wm = e.wm.Current() // shards first catch up with the inputs, then flush
+	c := e.take() // shards first catch up with the inputs, then flush
 	e.wm.End()
 	now, _ := e.wm.Clock()
 	c.steps = append(c.steps, step{seq: 2 * e.items, wm: tmath.Forever, clock: now})
@@ -259,12 +253,22 @@ func (e *Engine) Stop() {
 	e.wg.Wait()
 }
 
+// chunk returns the open chunk, taking a free one (and waiting for it: the
+// backpressure of Push) if none is open.
 func (e *Engine) chunk() *chunk {
 	if e.cur == nil {
 		e.cur = <-e.free
-		e.cur.startWM = e.wm.Current()
 	}
 	return e.cur
+}
+
+// take closes the open chunk (an empty one if none is open) at the current
+// watermark, for dispatch.
+func (e *Engine) take() *chunk {
+	c := e.chunk()
+	e.cur = nil
+	c.wm = e.wm.Current()
+	return c
 }
 
 func (e *Engine) dispatch(c *chunk) {

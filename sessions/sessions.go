@@ -123,6 +123,3 @@ func (s *State) Close(wm, gap int64, endOfInput bool, emit func(Event)) {
 		s.open = s.open[:copy(s.open, s.open[k:])]
 	}
 }
-
-// Forget drops a pending signal_restored (its marker expired).
-func (s *State) Forget() { s.pending = false }
