@@ -85,29 +85,9 @@ func canonAll(t *testing.T, ms []map[string]any) []rec {
 	return out
 }
 
-func engineRecords(t *testing.T, c engine.Config, input []byte) ([]map[string]any, []byte) {
-	t.Helper()
-	var out bytes.Buffer
-	if _, err := Run(c, bytes.NewReader(input), &out); err != nil {
-		t.Fatal(err)
-	}
-	raw := append([]byte(nil), out.Bytes()...)
-	var ms []map[string]any
-	dec := json.NewDecoder(&out)
-	dec.UseNumber()
-	for dec.More() {
-		var m map[string]any
-		if err := dec.Decode(&m); err != nil {
-			t.Fatalf("engine output is not JSON lines: %v", err)
-		}
-		ms = append(ms, m)
-	}
-	return ms, raw
-}
-
 func compare(t *testing.T, name string, c engine.Config, input []byte) {
 	t.Helper()
-	got, raw := engineRecords(t, c, input)
+	got, raw := replayRecords(t, c, input)
 	want := reference.Run(refParams(c), input)
 	g, w := canonAll(t, got), canonAll(t, want)
 	i, j := 0, 0
@@ -135,7 +115,7 @@ func compare(t *testing.T, name string, c engine.Config, input []byte) {
 	for _, n := range []int{1, 3} {
 		c2 := c
 		c2.Shards = n
-		if _, raw2 := engineRecords(t, c2, input); !bytes.Equal(raw, raw2) {
+		if _, raw2 := replayRecords(t, c2, input); !bytes.Equal(raw, raw2) {
 			t.Fatalf("%s: output with %d shards differs from %d shards", name, n, c.Shards)
 		}
 	}

@@ -34,10 +34,19 @@ func pos(courier string, ts int64, north float64, arrival int64) string {
 
 func replayLines(t *testing.T, c engine.Config, lines ...string) []map[string]any {
 	t.Helper()
+	recs, _ := replayRecords(t, c, []byte(strings.Join(lines, "\n")+"\n"))
+	return recs
+}
+
+// replayRecords replays input and returns the records, decoded with
+// json.Number values, and the raw output.
+func replayRecords(t *testing.T, c engine.Config, input []byte) ([]map[string]any, []byte) {
+	t.Helper()
 	var out bytes.Buffer
-	if _, err := Run(c, strings.NewReader(strings.Join(lines, "\n")+"\n"), &out); err != nil {
+	if _, err := Run(c, bytes.NewReader(input), &out); err != nil {
 		t.Fatalf("replay: %v", err)
 	}
+	raw := bytes.Clone(out.Bytes())
 	var recs []map[string]any
 	dec := json.NewDecoder(&out)
 	dec.UseNumber()
@@ -48,7 +57,7 @@ func replayLines(t *testing.T, c engine.Config, lines ...string) []map[string]an
 		}
 		recs = append(recs, m)
 	}
-	return recs
+	return recs, raw
 }
 
 func ofType(recs []map[string]any, typ string) []map[string]any {
@@ -322,20 +331,7 @@ func TestReplay_WorkedExample(t *testing.T) {
 	c := cfg()
 	c.Size, c.Slide, c.Gap, c.ToleratedDelay = 60_000, 60_000, 60_000, 120_000
 	c.Market = "girona"
-	var out bytes.Buffer
-	if _, err := Run(c, bytes.NewReader(in), &out); err != nil {
-		t.Fatal(err)
-	}
-	var recs []map[string]any
-	dec := json.NewDecoder(&out)
-	dec.UseNumber()
-	for dec.More() {
-		var m map[string]any
-		if err := dec.Decode(&m); err != nil {
-			t.Fatal(err)
-		}
-		recs = append(recs, m)
-	}
+	recs, _ := replayRecords(t, c, in)
 	m := func(dLat float64) float64 { return 6371008.8 * dLat * math.Pi / 180 }
 	const base = 1726315200000 // 12:00:00
 	// 12:00 holds 12:00:10 (41.9794), 12:00:30 (41.9796, late arrival) and
