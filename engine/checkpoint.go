@@ -253,6 +253,9 @@ func Restore(cfg Config, sink Sink, snapshot []byte) (*Engine, uint64, error) {
 	}
 	for _, s := range e.shards {
 		s.stats.couriers.Store(int64(len(s.couriers)))
+		if len(s.timers) > 0 {
+			s.next.Store(s.timers[0].at)
+		}
 	}
 	return e, tag, nil
 }

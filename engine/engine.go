@@ -204,6 +204,29 @@ func (e *Engine) Tick(now int64) {
 	e.Flush()
 }
 
+// Listen records that the live source (re)started listening at processing
+// time now: silence before now does not count for the idle rule (contract
+// §3, deaf is not silent).
+func (e *Engine) Listen(now int64) { e.wm.Listen(now) }
+
+// TickDue reports whether a Tick at processing time now would move the
+// watermark to or past the earliest timer of any shard (a window to fire,
+// a session to close, a courier to forget), so that a silent market logs
+// and applies ticks only when one changes something. The shards' timers
+// are read as of their last chunk: a timer still in flight is seen one
+// call later.
+func (e *Engine) TickDue(now int64) bool {
+	v, ok := e.wm.IdleAt(now)
+	if !ok || v <= e.wm.Current() {
+		return false
+	}
+	next := int64(tmath.Forever)
+	for _, s := range e.shards {
+		next = min(next, s.next.Load())
+	}
+	return v >= next
+}
+
 // Flush hands the inputs pushed so far to the shards.
 func (e *Engine) Flush() {
 	if e.cur != nil {

@@ -60,6 +60,10 @@ type shard struct {
 	epoch    uint32
 	lastSnap int // bytes of the previous snapshot part
 
+	// next is the earliest timer as of the last chunk (tmath.Forever when
+	// none), for Engine.TickDue.
+	next atomic.Int64
+
 	stats struct {
 		duplicates, lateDistance, lateSession, couriers, watermark atomic.Int64
 		results                                                    [result.Rejected]atomic.Int64
@@ -72,6 +76,7 @@ func newShard(id int, p *params) *shard {
 		in: make(chan *chunk, inFlight), done: make(chan struct{}, inFlight),
 	}
 	s.stats.watermark.Store(tmath.Never)
+	s.next.Store(tmath.Forever)
 	s.onWindow, s.onSession = s.windowFired, s.sessionFired
 	return s
 }
@@ -109,6 +114,11 @@ func (s *shard) run() {
 		s.c, s.out = nil, nil
 		s.stats.couriers.Store(int64(len(s.couriers)))
 		s.stats.watermark.Store(s.wm)
+		if len(s.timers) > 0 {
+			s.next.Store(s.timers[0].at)
+		} else {
+			s.next.Store(tmath.Forever)
+		}
 		s.done <- struct{}{}
 		if s.snap != nil {
 			s.snapStep(snapBatch) // progress under a steady load too

@@ -348,6 +348,16 @@ func (s *Source) isSubscribed() bool {
 	return g != 0 && s.subGen.Load() == g
 }
 
+// Hearing reports what the service needs to tell hearing from deafness
+// (contract §3, deaf is not silent): the current connection's number
+// (Stats.Connects; every new connection has a new one), whether it is up,
+// and whether its subscription was granted. A persistent session may
+// deliver messages before the SUBACK, so a message is heard as soon as up
+// is true; silence counts only once subscribed is true too.
+func (s *Source) Hearing() (conn uint64, up, subscribed bool) {
+	return s.connects.Load(), s.connected.Load(), s.isSubscribed()
+}
+
 // Connected reports whether a broker connection is up.
 func (s *Source) Connected() bool { return s.connected.Load() }
 

@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/km0/edgeproc/bridge"
 	"github.com/km0/edgeproc/checkpoint"
 	"github.com/km0/edgeproc/engine"
 	"github.com/km0/edgeproc/metrics"
@@ -45,6 +44,8 @@ type ckptState struct {
 	// while one is in progress is skipped.
 	jobs chan ckptJob
 	busy atomic.Bool
+	// tag is the tag of the last checkpoint started; owned by the driver.
+	tag uint64
 	// final is set by the merger with the shutdown snapshot, and read
 	// once the engine has stopped.
 	final *ckptJob
@@ -100,17 +101,17 @@ func (m *market) warnDuplicateWindow() {
 // recover opens the state directory, restores the engine from the newest
 // good checkpoint (or starts it empty), opens the write-ahead log,
 // repairing a torn tail, and replays every entry after the checkpoint
-// through the engine, whose results go to the bridge with their original
-// keys. It leaves the log in m.wal.
-func (m *market) recover(ecfg engine.Config) (*engine.Engine, error) {
+// through driver.apply, whose results go to the sink with their original
+// keys. It leaves the engine in m.drv and the log in m.wal.
+func (m *market) recover(ecfg engine.Config) error {
 	start := time.Now()
 	dir := m.cfg.State.Dir
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("create state dir %s: %w", dir, err)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create state dir %s: %w", dir, err)
 	}
 	store, err := checkpoint.Open(filepath.Join(dir, checkpointDir), 0)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	m.ckpt.store = store
 	c, ok, skipped, err := store.Load()
@@ -118,7 +119,7 @@ func (m *market) recover(ecfg engine.Config) (*engine.Engine, error) {
 		m.log.Warn("skipping a damaged checkpoint; falling back to the previous one", "err", s)
 	}
 	if err != nil {
-		return nil, err
+		return err
 	}
 
 	var (
@@ -126,20 +127,20 @@ func (m *market) recover(ecfg engine.Config) (*engine.Engine, error) {
 		tag uint64
 	)
 	if ok {
-		eng, tag, err = engine.Restore(ecfg, m.sink, c.Snapshot)
+		eng, tag, err = engine.Restore(ecfg, m.snk.publish, c.Snapshot)
 		if err != nil {
-			return nil, fmt.Errorf("checkpoint %s: %w", c.Path, err)
+			return fmt.Errorf("checkpoint %s: %w", c.Path, err)
 		}
 		if tag != c.Tag {
 			eng.Stop()
-			return nil, fmt.Errorf("checkpoint %s: %w: file tag %d, snapshot tag %d", c.Path, checkpoint.ErrCorrupt, c.Tag, tag)
+			return fmt.Errorf("checkpoint %s: %w: file tag %d, snapshot tag %d", c.Path, checkpoint.ErrCorrupt, c.Tag, tag)
 		}
 	} else {
-		eng = engine.New(ecfg, m.sink)
+		eng = engine.New(ecfg, m.snk.publish)
 	}
-	fail := func(err error) (*engine.Engine, error) {
+	fail := func(err error) error {
 		eng.Stop()
-		return nil, err
+		return err
 	}
 
 	log, rep, err := wal.Open(filepath.Join(dir, walDir), m.walOptions(), m.log)
@@ -162,16 +163,12 @@ func (m *market) recover(ecfg engine.Config) (*engine.Engine, error) {
 		return fail(fmt.Errorf("state dir %s is inconsistent: replaying after checkpoint %d needs log index %d, but the log starts at %d", dir, tag, tag+1, first))
 	}
 
+	d := m.drv
+	d.eng = eng
 	var n int64
 	err = log.Replay(tag+1, func(i uint64, e wal.Entry) error {
-		m.clock = max(m.clock, e.Arrival)
-		if e.Topic == "" && len(e.Payload) == 0 {
-			eng.Tick(e.Arrival)
-		} else {
-			m.lastMsg = max(m.lastMsg, e.Arrival)
-			m.push(eng, i, e.Arrival, e.Topic, e.Payload)
-		}
-		m.applied = i
+		m.in.now = max(m.in.now, e.Arrival)
+		d.apply(i, entryOf(e))
 		n++
 		return nil
 	})
@@ -180,32 +177,33 @@ func (m *market) recover(ecfg engine.Config) (*engine.Engine, error) {
 		return fail(fmt.Errorf("replay write-ahead log: %w", err))
 	}
 	eng.Flush()
-	m.applied = max(m.applied, tag)
-	m.ckptTag = tag
+	d.applied = max(d.applied, tag)
+	d.tickPending = false
+	m.ckpt.tag = tag
 	m.ckpt.prevTag = tag
 	m.ckpt.replayed = n
 	m.ckpt.recovery = time.Since(start)
 	m.wal.Store(log)
 	m.log.Info("recovered", "checkpoint", c.Path, "checkpoint_tag", tag, "replayed", n,
 		"took", m.ckpt.recovery.Round(time.Millisecond), "wal_repaired", rep.Repaired)
-	return eng, nil
+	return nil
 }
 
 // startCheckpoint sends a checkpoint barrier through the engine, unless
 // nothing was applied since the last one or one is still being written.
 // Called by the ingest goroutine.
-func (m *market) startCheckpoint(eng *engine.Engine) {
-	if m.applied == m.ckptTag {
+func (m *market) startCheckpoint(d *driver) {
+	if d.applied == m.ckpt.tag || d.fatal != nil {
 		return
 	}
 	if !m.ckpt.busy.CompareAndSwap(false, true) {
 		m.ckpt.skipped.Add(1)
 		return
 	}
-	m.ckptTag = m.applied
-	job := ckptJob{tag: m.applied, start: time.Now()}
+	m.ckpt.tag = d.applied
+	job := ckptJob{tag: d.applied, start: time.Now()}
 	m.log.Debug("checkpoint started", "tag", job.tag)
-	eng.Checkpoint(job.tag, func(snap []byte) {
+	d.eng.Checkpoint(job.tag, func(snap []byte) {
 		job.snap = snap
 		m.ckpt.jobs <- job // never blocks: busy admits one job at a time
 	})
@@ -213,15 +211,15 @@ func (m *market) startCheckpoint(eng *engine.Engine) {
 
 // snapshotFinal sends the shutdown barrier; the snapshot is in m.ckpt.final
 // once the engine has stopped.
-func (m *market) snapshotFinal(eng *engine.Engine) {
+func (m *market) snapshotFinal(d *driver) {
 	m.ckpt.mu.Lock()
 	onDisk := m.ckpt.prevTag
 	m.ckpt.mu.Unlock()
-	if m.applied == onDisk || m.fatalErr != nil {
+	if d.applied == onDisk || d.fatal != nil {
 		return
 	}
-	job := ckptJob{tag: m.applied, start: time.Now()}
-	eng.Checkpoint(job.tag, func(snap []byte) {
+	job := ckptJob{tag: d.applied, start: time.Now()}
+	d.eng.Checkpoint(job.tag, func(snap []byte) {
 		job.snap = snap
 		m.ckpt.final = &job
 	})
@@ -229,11 +227,11 @@ func (m *market) snapshotFinal(eng *engine.Engine) {
 
 // checkpointer writes the snapshots handed over by the engine until the
 // engine has stopped (m.in closed and drained).
-func (m *market) checkpointer(ctx context.Context, br *bridge.Bridge, log *wal.Log) {
+func (m *market) checkpointer(ctx context.Context, log *wal.Log) {
 	for {
 		select {
 		case job := <-m.ckpt.jobs:
-			if err := m.writeCheckpoint(ctx, br, log, job); err != nil && ctx.Err() == nil {
+			if err := m.writeCheckpoint(ctx, log, job); err != nil && ctx.Err() == nil {
 				m.ckpt.failed.Add(1)
 				m.log.Error("checkpoint failed; the write-ahead log keeps everything since the previous one", "tag", job.tag, "err", err)
 			}
@@ -252,11 +250,11 @@ func (m *market) checkpointer(ctx context.Context, br *bridge.Bridge, log *wal.L
 // Flush). Then the log is truncated up to the previous checkpoint, not
 // this one, so that a damaged newest checkpoint can fall back to the
 // previous one and still replay from there.
-func (m *market) writeCheckpoint(ctx context.Context, br *bridge.Bridge, log *wal.Log, job ckptJob) error {
-	if err := br.Flush(ctx); err != nil {
+func (m *market) writeCheckpoint(ctx context.Context, log *wal.Log, job ckptJob) error {
+	if err := m.snk.br.Load().Flush(ctx); err != nil {
 		return fmt.Errorf("wait for JetStream acks: %w", err)
 	}
-	if n := m.lost.Load(); n > 0 {
+	if n := m.snk.lost.Load(); n > 0 {
 		return fmt.Errorf("%d results were never handed to JetStream: not checkpointing past them", n)
 	}
 	c, err := m.ckpt.store.Write(job.tag, job.snap)
@@ -279,12 +277,12 @@ func (m *market) writeCheckpoint(ctx context.Context, br *bridge.Bridge, log *wa
 // finalCheckpoint writes the shutdown snapshot, if one was taken, once
 // every result is acked (bounded by ctx); if they are not, the log keeps
 // the inputs and the next start replays them.
-func (m *market) finalCheckpoint(ctx context.Context, br *bridge.Bridge, log *wal.Log) error {
+func (m *market) finalCheckpoint(ctx context.Context, log *wal.Log) error {
 	job := m.ckpt.final
 	if job == nil {
 		return nil
 	}
-	if err := m.writeCheckpoint(ctx, br, log, *job); err != nil {
+	if err := m.writeCheckpoint(ctx, log, *job); err != nil {
 		m.ckpt.failed.Add(1)
 		m.log.Warn("final checkpoint not written; the next start replays the write-ahead log", "tag", job.tag, "err", err)
 		return nil

@@ -125,16 +125,23 @@ func (r *running) stop(tb testing.TB, d time.Duration) {
 }
 
 // replayFile renders recorded inputs as a replay file: each payload with
-// the arrival the service recorded, then one last line one millisecond
+// the arrival the service recorded, on the line of its log index, then one last line one millisecond
 // later that is rejected and fires nothing (idle_timeout is 0), so that
 // whatever replay.Run emits only because the input ends carries a later
 // emitted_at_ms than every live result.
 func replayFile(inputs []engine.Input) ([]byte, int64) {
 	var b bytes.Buffer
-	var last int64
+	var last, line int64
 	for _, in := range inputs {
+		// Blank lines stand for the log's other entries (listens, ticks),
+		// so that each payload has its log index as its line: the line of
+		// a rejected record's key.
+		for ; line+1 < in.Line; line++ {
+			b.WriteByte('\n')
+		}
 		b.Write(withArrival(in.Payload, in.Arrival))
 		b.WriteByte('\n')
+		line++
 		last = in.Arrival
 	}
 	fmt.Fprintf(&b, "{\"arrival_ms\":%d}\n", last+1)

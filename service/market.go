@@ -5,31 +5,28 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/km0/edgeproc/bridge"
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/engine"
 	"github.com/km0/edgeproc/internal/ratelog"
 	"github.com/km0/edgeproc/metrics"
 	"github.com/km0/edgeproc/mqtt"
-	"github.com/km0/edgeproc/result"
 	"github.com/km0/edgeproc/wal"
 )
 
 const (
-	// queueCap bounds the durable log entries waiting for the engine. When
+	// queueCap bounds the durable log entries waiting for the driver. When
 	// it is full the log's goroutine waits, the log's own bound (4 × its
 	// MaxBatch) then blocks Append in the MQTT handler, paho stops reading,
 	// and the broker keeps the rest in the session queue (it stops at
 	// Receive Maximum).
 	queueCap = 1024
 	// tickEvery is how often the idle-source rule is considered on the wall
-	// clock.
+	// clock, and how often the intake looks for a new subscription.
 	tickEvery = 100 * time.Millisecond
 	// openRetryMax caps the delay between two attempts to open the stream
 	// while NATS is unreachable at start.
@@ -38,80 +35,80 @@ const (
 	setupTimeout = 10 * time.Second
 )
 
-// durable is a write-ahead-log entry that is on disk, on its way to the
-// engine: a message (msg set, acked once pushed) or an idle tick (msg nil).
-type durable struct {
-	index   uint64
-	arrival int64 // ms
-	msg     *mqtt.Message
-	err     error // the log could not make the entry durable
-}
-
-// market runs one configured market: MQTT source → write-ahead log → one
-// ingest goroutine owning the engine → sink → bridge, and a checkpointer.
+// market runs one configured market as four parts, each owning its own
+// state, with data flowing one way:
+//
+//	intake (MQTT) → log (WAL) → driver (engine) → sink (JetStream, KV)
+//
+// The only things that flow back are plain facts: "durable up to index N"
+// (the log's done callbacks, which make the driver ack), and "acked up to
+// the barrier" (the sink's Flush, before a checkpoint truncates the log).
+// The market starts the parts in that order, stops them in reverse,
+// reports why it is not ready, and records the first error that ends it.
 type market struct {
 	cfg  config.Config
 	log  *slog.Logger
 	deps *Deps
-	nc   *nats.Conn
 
-	// in carries durable entries, in log index order, from the log's
-	// goroutine to the ingest goroutine. Closed at shutdown once the log
-	// has nothing more to hand over.
-	in chan durable
-	// stopIntake is closed at shutdown: the ticker goroutine stops.
-	stopIntake chan struct{}
-
-	br  atomic.Pointer[bridge.Bridge]
-	src atomic.Pointer[mqtt.Source]
-	eng atomic.Pointer[engine.Engine]
+	in  *intake
+	drv *driver
+	snk *sink
 	wal atomic.Pointer[wal.Log]
-
-	// appendMu orders appends (MQTT handler, idle ticker) and owns the
-	// processing clock, so arrivals never decrease in log order.
-	appendMu sync.Mutex
-	clock    int64 // ms, the latest arrival appended
-	lastMsg  int64 // ms, the arrival of the latest message (not tick)
-	stopped  bool  // intake has stopped: nothing more is appended
-
-	// Owned by the ingest goroutine.
-	applied  uint64 // the last log index handed to the engine
-	ckptTag  uint64 // the tag of the last checkpoint started
-	fatalErr error
+	eng atomic.Pointer[engine.Engine] // for metrics, once recovered
 
 	ckpt ckptState
 
-	// Owned by the engine's merger goroutine (the sink).
-	buf      []byte
-	subjects [len(result.Types)]string
-	pubCtx   context.Context // ends when the shutdown drain deadline passes
-	lost     atomic.Int64    // results the sink could not hand to the bridge
-	errLog   ratelog.Limiter
+	// phase is what the market is doing, for readiness before it runs.
+	phase atomic.Pointer[string]
+	// dead is the error that ended the market before it was asked to
+	// stop; /healthz fails while it is set.
+	dead atomic.Pointer[error]
 }
+
+var (
+	phaseOpening    = "nats: opening the stream"
+	phaseRecovering = "recovering state"
+	phaseRunning    = ""
+	phaseStopping   = "stopping"
+)
 
 func newMarket(cfg config.Config, nc *nats.Conn, deps *Deps) *market {
-	return &market{
-		cfg:        cfg,
-		log:        deps.Log.With("market", cfg.Market),
-		deps:       deps,
-		nc:         nc,
-		in:         make(chan durable, queueCap),
-		stopIntake: make(chan struct{}),
-		errLog:     ratelog.Limiter{Every: 5 * time.Second},
-		ckpt:       ckptState{jobs: make(chan ckptJob, 1)},
+	log := deps.Log.With("market", cfg.Market)
+	m := &market{
+		cfg:  cfg,
+		log:  log,
+		deps: deps,
+		ckpt: ckptState{jobs: make(chan ckptJob, 1)},
 	}
+	m.snk = &sink{cfg: cfg, log: log, nc: nc, errLog: ratelog.Limiter{Every: 5 * time.Second}}
+	m.drv = &driver{cfg: cfg, log: log, record: deps.Record, in: make(chan durable, queueCap)}
+	url := cfg.MQTT.URL
+	if url == Embedded {
+		url = deps.MQTTURL
+	}
+	m.in = &intake{
+		cfg: mqtt.Config{
+			URL: url, Topic: cfg.MQTT.Topic, ClientID: cfg.MQTT.ClientID,
+			Username: cfg.MQTT.Username, Password: cfg.MQTT.Password(),
+			CAFile: cfg.MQTT.CAFile, SessionExpiry: cfg.MQTT.SessionExpiry,
+		},
+		log: log, clock: deps.Clock, errLog: ratelog.Limiter{Every: 5 * time.Second},
+		durable: func(x durable) { m.drv.in <- x },
+	}
+	m.phase.Store(&phaseOpening)
+	return m
 }
 
-// snapshot is the market's state for metrics and readiness.
+// snapshot is the market's state for metrics.
 func (m *market) snapshot() metrics.Snapshot {
-	s := metrics.Snapshot{QueueDepth: len(m.in), QueueCapacity: cap(m.in)}
+	s := metrics.Snapshot{QueueDepth: len(m.drv.in), QueueCapacity: cap(m.drv.in)}
 	if e := m.eng.Load(); e != nil {
 		s.Engine, s.HasEngine = e.Stats(), true
 	}
-	if b := m.br.Load(); b != nil {
+	if b := m.snk.br.Load(); b != nil {
 		s.Bridge, s.HasBridge, s.StreamReady = b.Stats(), true, true
 	}
-	if src := m.src.Load(); src != nil {
+	if src := m.in.src.Load(); src != nil {
 		s.MQTT, s.HasMQTT = src.Stats(), true
 	}
 	if l := m.wal.Load(); l != nil {
@@ -120,313 +117,139 @@ func (m *market) snapshot() metrics.Snapshot {
 	return s
 }
 
-// ready reports whether the market can do its job: MQTT and NATS connected
-// and its stream created.
-func (m *market) ready() bool {
-	b, src := m.br.Load(), m.src.Load()
-	return b != nil && src != nil && b.Connected() && src.Connected()
+// notReady says why the market cannot do its job now, or "" when it can:
+// it is running, hears its broker and can deliver to its stream.
+func (m *market) notReady() string {
+	if err := m.dead.Load(); err != nil {
+		return "dead: " + (*err).Error()
+	}
+	if p := *m.phase.Load(); p != phaseRunning {
+		return p
+	}
+	if r := m.snk.ready(); r != "" {
+		return r
+	}
+	return m.in.ready()
 }
 
-// run starts the market and keeps it running until ctx ends, then shuts it
-// down: intake stops, every entry already in the write-ahead log reaches
-// the engine, the engine hands over what it has, the bridge waits (at most
-// drain) for the acks of every result, a final checkpoint is written, and
-// the log is closed.
-func (m *market) run(ctx context.Context, drain time.Duration) error {
-	m.warnDuplicateWindow()
-	br, err := m.openBridge(ctx)
-	if err != nil || br == nil {
-		return err // nil error: ctx ended before NATS was ever reachable
+// die records the error that ends the market and says so at once.
+func (m *market) die(err error) {
+	if m.dead.CompareAndSwap(nil, &err) {
+		m.log.Error("market failed and stops; /healthz reports it", "err", err)
 	}
-	m.br.Store(br)
+}
 
-	pubCtx, cancelPub := context.WithCancel(context.Background())
-	defer cancelPub()
-	m.pubCtx = pubCtx
-	for _, t := range result.Types {
-		m.subjects[t] = br.Config().Subject(t.String())
+// run runs the market until ctx ends or it fails, then shuts it down. A
+// failure is logged at once and kept for /healthz; run returns it.
+func (m *market) run(ctx context.Context, drain time.Duration) error {
+	err := m.serve(ctx, drain)
+	if err != nil {
+		err = fmt.Errorf("market %s: %w", m.cfg.Market, err)
+		m.die(err)
 	}
+	return err
+}
+
+// serve starts the parts in order — sink, log and driver (recovery), then
+// intake — and keeps them running until ctx ends or a part fails. Then it
+// stops them in reverse: intake stops appending, every entry already in the
+// log reaches the engine, the engine hands over what it has, the sink
+// waits (at most drain) for the acks of every result, a final checkpoint is
+// written, and the log is closed.
+func (m *market) serve(ctx context.Context, drain time.Duration) error {
+	m.warnDuplicateWindow()
+	ok, err := m.snk.open(ctx)
+	if err != nil || !ok {
+		return err // nil: ctx ended before NATS was ever reachable
+	}
+	defer m.snk.cancelPub()
+
+	m.phase.Store(&phaseRecovering)
 	ecfg := EngineConfig(m.cfg)
 	ecfg.Topic = m.cfg.MQTT.Topic
 	ecfg.Shards = m.deps.Shards
 	// The bridge coalesces positions per courier and computes the cell
 	// when it writes, so this stays a map lookup per position.
-	ecfg.OnPosition = br.UpdatePosition
-
-	eng, err := m.recover(ecfg)
-	if err != nil {
+	ecfg.OnPosition = m.snk.br.Load().UpdatePosition
+	if err := m.recover(ecfg); err != nil {
 		closeCtx, cancel := context.WithTimeout(context.Background(), drain)
 		defer cancel()
-		_ = br.Close(closeCtx)
-		return fmt.Errorf("market %s: recover: %w", m.cfg.Market, err)
+		_ = m.snk.close(closeCtx)
+		return fmt.Errorf("recover: %w", err)
 	}
-	m.eng.Store(eng)
 	log := m.wal.Load()
+	m.in.wal = log
+	m.eng.Store(m.drv.eng)
 
-	// failCtx ends the market on a write-ahead-log failure: nothing can be
-	// acknowledged any more.
-	runCtx, fail := context.WithCancel(ctx)
-	defer fail()
+	// runCtx ends the market when a part fails.
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
 	ckptDone := make(chan struct{})
 	go func() {
 		defer close(ckptDone)
-		m.checkpointer(runCtx, br, log)
+		m.checkpointer(runCtx, log)
 	}()
-	ingestDone := make(chan struct{})
+	drvDone := make(chan struct{})
 	go func() {
-		defer close(ingestDone)
-		m.ingest(eng, fail)
+		defer close(drvDone)
+		m.drv.run(m, func() { m.die(m.drv.fatal); stop() })
 	}()
-	tickDone := make(chan struct{})
+	stopWatch := make(chan struct{})
+	watchDone := make(chan struct{})
 	go func() {
-		defer close(tickDone)
-		m.ticker()
+		defer close(watchDone)
+		m.in.watch(stopWatch)
 	}()
 
-	url := m.cfg.MQTT.URL
-	if url == Embedded {
-		url = m.deps.MQTTURL
-	}
-	src, err := mqtt.Start(runCtx, mqtt.Config{
-		URL: url, Topic: m.cfg.MQTT.Topic, ClientID: m.cfg.MQTT.ClientID,
-		Username: m.cfg.MQTT.Username, Password: m.cfg.MQTT.Password(),
-		CAFile: m.cfg.MQTT.CAFile, SessionExpiry: m.cfg.MQTT.SessionExpiry,
-	}, m.log, m.handle)
-	if err != nil {
-		err = fmt.Errorf("market %s: start mqtt: %w", m.cfg.Market, err)
+	var startErr error
+	if err := m.in.start(runCtx); err != nil {
+		startErr = fmt.Errorf("start mqtt: %w", err)
+		m.die(startErr)
 	} else {
-		m.src.Store(src)
-		m.log.Info("market running", "mqtt", url, "topic", m.cfg.MQTT.Topic, "stream", br.Config().Stream)
+		m.phase.Store(&phaseRunning)
+		m.log.Info("market running", "mqtt", m.in.cfg.URL, "topic", m.cfg.MQTT.Topic, "stream", m.snk.br.Load().Config().Stream)
 		<-runCtx.Done()
 	}
+	m.phase.Store(&phaseStopping)
+	stop()
 
 	start := time.Now()
-	// Past the drain deadline a result that cannot be published is given up
-	// (counted and logged, and no checkpoint is written past it): shutdown
-	// must end even if NATS never returns.
-	stopPub := time.AfterFunc(drain, cancelPub)
+	stopPub := time.AfterFunc(drain, m.snk.cancelPub)
 	defer stopPub.Stop()
 	closeCtx, cancel := context.WithDeadline(context.Background(), start.Add(drain))
 	defer cancel()
 
-	// Intake stops: a handler blocked in Append finishes, later ones return
-	// without acking (the broker redelivers after the restart).
-	m.appendMu.Lock()
-	m.stopped = true
-	m.appendMu.Unlock()
-	close(m.stopIntake)
-	<-tickDone
-	// Every appended entry made durable and handed to the ingest goroutine,
-	// which pushes them all, takes the final snapshot and stops the engine.
+	m.in.stop()
+	close(stopWatch)
+	<-watchDone
+	// Every appended entry made durable and handed to the driver, which
+	// applies them all, takes the final snapshot and stops the engine.
 	syncErr := log.Sync()
-	close(m.in)
-	<-ingestDone
+	close(m.drv.in)
+	<-drvDone
 	<-ckptDone
 
-	var srcErr error
-	if src != nil {
-		// Acks given so far get their last flush here.
-		srcErr = src.Close(closeCtx)
-	}
-	ckErr := m.finalCheckpoint(closeCtx, br, log)
-	brErr := br.Close(closeCtx)
+	srcErr := m.in.close(closeCtx) // acks given so far get their last flush
+	ckErr := m.finalCheckpoint(closeCtx, log)
+	brErr := m.snk.close(closeCtx)
 	walErr := log.Close()
-	if n := m.lost.Load(); n > 0 {
+	if n := m.snk.lost.Load(); n > 0 {
 		m.log.Error("results not handed to NATS before the shutdown deadline; the write-ahead log keeps their inputs for the next start", "lost", n)
 	}
 	m.log.Info("market stopped", "took", time.Since(start).Round(time.Millisecond))
-	if err == nil && m.fatalErr != nil {
-		err = fmt.Errorf("market %s: %w", m.cfg.Market, m.fatalErr)
+	err = startErr
+	if err == nil && m.drv.fatal != nil {
+		err = m.drv.fatal
 	}
 	if err == nil && (srcErr != nil || brErr != nil) {
-		err = fmt.Errorf("market %s: shutdown: mqtt: %v; nats: %w", m.cfg.Market, srcErr, brErr)
+		err = fmt.Errorf("shutdown: mqtt: %v; nats: %w", srcErr, brErr)
 	}
-	return errors.Join(err, wrapErr(m.cfg.Market, "sync write-ahead log", syncErr), ckErr,
-		wrapErr(m.cfg.Market, "close write-ahead log", walErr))
+	return errors.Join(err, wrapErr("sync write-ahead log", syncErr), ckErr, wrapErr("close write-ahead log", walErr))
 }
 
-func wrapErr(market, what string, err error) error {
+func wrapErr(what string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return fmt.Errorf("market %s: %s: %w", market, what, err)
-}
-
-// openBridge creates the stream and bucket, retrying while NATS is
-// unreachable. It returns nil, nil if ctx ends first.
-func (m *market) openBridge(ctx context.Context) (*bridge.Bridge, error) {
-	cfg := bridge.Config{
-		Market: m.cfg.Market, SubjectPrefix: m.cfg.NATS.SubjectPrefix, Stream: m.cfg.NATS.Stream,
-		DuplicateWindow: m.cfg.NATS.DuplicateWindow,
-		ComputeCell:     true, CellResolution: m.cfg.Geo.H3Resolution,
-	}
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("market %s: %w", m.cfg.Market, err)
-	}
-	delay := 250 * time.Millisecond
-	for {
-		octx, cancel := context.WithTimeout(ctx, setupTimeout)
-		br, err := bridge.Open(octx, m.nc, cfg, m.log)
-		cancel()
-		if err == nil {
-			return br, nil
-		}
-		if ctx.Err() != nil {
-			return nil, nil
-		}
-		m.log.Warn("cannot open the JetStream stream yet, retrying", "retry_in", delay, "err", err)
-		select {
-		case <-ctx.Done():
-			return nil, nil
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, openRetryMax)
-	}
-}
-
-// handle is the MQTT handler: it stamps the arrival and appends the
-// message to the write-ahead log. The message is pushed and acked by the
-// ingest goroutine once the log says it is durable. Append blocks while
-// the log has too much not yet durable (backpressure).
-func (m *market) handle(msg *mqtt.Message) {
-	m.appendMu.Lock()
-	defer m.appendMu.Unlock()
-	if m.stopped {
-		return // not acked: the broker redelivers it after the restart
-	}
-	m.clock = max(m.clock, m.deps.Clock().UnixMilli())
-	m.lastMsg = m.clock
-	m.appendLocked(wal.Entry{Arrival: m.clock, Topic: msg.Topic, Payload: msg.Payload}, msg)
-}
-
-// ticker appends an idle tick to the log every tickEvery while the market
-// has been silent for windows.idle_timeout, so that a recovery replays the
-// idle rule exactly where the live run applied it. Without an idle timeout
-// ticks change nothing and none is logged.
-func (m *market) ticker() {
-	idle := m.cfg.Windows.IdleTimeout.Milliseconds()
-	if idle <= 0 {
-		return
-	}
-	t := time.NewTicker(tickEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-m.stopIntake:
-			return
-		case <-t.C:
-			m.appendMu.Lock()
-			now := max(m.clock, m.deps.Clock().UnixMilli())
-			if !m.stopped && now-m.lastMsg >= idle {
-				m.clock = now
-				m.appendLocked(wal.Entry{Arrival: now}, nil)
-			}
-			m.appendMu.Unlock()
-		}
-	}
-}
-
-// appendLocked appends e; the done callback, called by the log's goroutine
-// in index order, forwards it to the ingest goroutine. appendMu is held.
-func (m *market) appendLocked(e wal.Entry, msg *mqtt.Message) {
-	arrival := e.Arrival
-	_, err := m.wal.Load().Append(e, func(i uint64, err error) {
-		m.in <- durable{index: i, arrival: arrival, msg: msg, err: err}
-	})
-	if err != nil && !errors.Is(err, wal.ErrClosed) {
-		if ok, n := m.errLog.Allow(); ok {
-			m.log.Error("write-ahead log append failed; message not acknowledged", "err", err, "suppressed", n)
-		}
-	}
-}
-
-// ingest owns the engine: it pushes durable log entries in index order and
-// acks their messages, flushes whenever none is waiting (latency over
-// batching), and starts a checkpoint every state.checkpoint_interval. When
-// m.in is closed it takes the final snapshot and stops the engine, which
-// hands every pending result to the sink. fail ends the market when the
-// log reports that an entry could not be made durable.
-func (m *market) ingest(eng *engine.Engine, fail context.CancelFunc) {
-	t := time.NewTicker(m.cfg.State.CheckpointInterval)
-	defer t.Stop()
-	defer eng.Stop()
-	for {
-		select {
-		case d, open := <-m.in:
-			// Take everything already waiting, then hand it to the shards.
-			for waiting := open; waiting; {
-				m.apply(eng, d, fail)
-				select {
-				case d, open = <-m.in:
-					waiting = open
-				default:
-					waiting = false
-				}
-			}
-			if !open {
-				m.snapshotFinal(eng)
-				return
-			}
-			eng.Flush()
-		case <-t.C:
-			m.startCheckpoint(eng)
-		}
-	}
-}
-
-// apply hands one durable entry to the engine, then acks its message.
-func (m *market) apply(eng *engine.Engine, d durable, fail context.CancelFunc) {
-	if d.err != nil {
-		// The log failed for good (it fails every later entry too): the
-		// message stays unacked, and the market stops.
-		if m.fatalErr == nil {
-			m.fatalErr = fmt.Errorf("write-ahead log: %w", d.err)
-			m.log.Error("write-ahead log failed; stopping the market", "index", d.index, "err", d.err)
-			fail()
-		}
-		return
-	}
-	if d.msg == nil {
-		eng.Tick(d.arrival)
-	} else {
-		m.push(eng, d.index, d.arrival, d.msg.Topic, d.msg.Payload)
-		d.msg.Ack()
-	}
-	m.applied = d.index
-}
-
-// push hands a logged message to the engine; its log index is the line of
-// a rejected record's key, so that key is the same after a recovery.
-func (m *market) push(eng *engine.Engine, index uint64, arrival int64, topic string, payload []byte) {
-	in := engine.Input{
-		Payload: payload, Topic: topic,
-		Arrival: arrival, HasArrival: true, Line: int64(index),
-	}
-	if m.deps.Record != nil {
-		m.deps.Record(m.cfg.Market, in)
-	}
-	eng.Push(&in)
-}
-
-// sink publishes the engine's results, in order, from the merger
-// goroutine. Blocking in Publish (too many results awaiting their ack) is
-// the backpressure path back to the engine and to MQTT.
-func (m *market) sink(rs []result.Record) {
-	br := m.br.Load()
-	for i := range rs {
-		r := &rs[i]
-		m.buf = r.AppendJSON(m.buf[:0])
-		if err := br.Publish(m.pubCtx, m.subjects[r.Type], r.Key(), m.buf); err != nil {
-			m.lost.Add(1)
-			if ok, n := m.errLog.Allow(); ok {
-				m.log.Error("result not published", "key", r.Key(), "err", err, "suppressed", n)
-			}
-		}
-		switch r.Type {
-		case result.NoSignal:
-			br.MarkNoSignal(r.Courier, r.End, r.Lat, r.Lon)
-		case result.SignalRestored:
-			br.MarkOnline(r.Courier)
-		}
-	}
+	return fmt.Errorf("%s: %w", what, err)
 }

@@ -62,6 +62,7 @@ import (
 	"net"
 	"net/http"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -284,19 +285,33 @@ func startHTTP(markets []*market, deps *Deps) ([]*http.Server, error) {
 func handler(reg *prometheus.Registry, markets []*market) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	// /healthz fails while any market has died, so that a supervisor
+	// restarts the process; /readyz also fails while a market cannot hear
+	// its broker or deliver to its stream, and says why for each.
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		var dead []string
+		for _, m := range markets {
+			if err := m.dead.Load(); err != nil {
+				dead = append(dead, fmt.Sprintf("%s: %v", m.cfg.Market, *err))
+			}
+		}
+		if len(dead) > 0 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "dead: %s\n", strings.Join(dead, "; "))
+			return
+		}
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		var notReady []string
 		for _, m := range markets {
-			if !m.ready() {
-				notReady = append(notReady, m.cfg.Market)
+			if why := m.notReady(); why != "" {
+				notReady = append(notReady, m.cfg.Market+": "+why)
 			}
 		}
 		if len(notReady) > 0 {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintf(w, "not ready: %v (needs MQTT and NATS connected and the stream created)\n", notReady)
+			fmt.Fprintf(w, "not ready: %s\n", strings.Join(notReady, "; "))
 			return
 		}
 		fmt.Fprintln(w, "ready")

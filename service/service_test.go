@@ -89,8 +89,8 @@ func TestRun_KappaLiveEqualsReplay(t *testing.T) {
 		t.Fatalf("got %d inputs recorded, want at least the %d published", len(inputs), len(msgs))
 	}
 	for i, in := range inputs {
-		if in.Line != int64(i+1) || !in.HasArrival {
-			t.Fatalf("input %d: got line %d, has arrival %v; want line %d with an arrival", i, in.Line, in.HasArrival, i+1)
+		if !in.HasArrival || (i > 0 && in.Line <= inputs[i-1].Line) {
+			t.Fatalf("input %d: got line %d, has arrival %v; want a log index above the previous input's, with an arrival", i, in.Line, in.HasArrival)
 		}
 		if i > 0 && in.Arrival < inputs[i-1].Arrival {
 			t.Fatalf("input %d: arrival %d before the previous %d", i, in.Arrival, inputs[i-1].Arrival)

@@ -47,13 +47,28 @@ func (w *Watermark) Clock() (int64, bool) { return w.clock, w.hasClock }
 // clock there. It reports whether the watermark advanced.
 func (w *Watermark) Idle(now int64) bool {
 	w.clock, w.hasClock = now, true
-	if w.idle <= 0 || !w.hasLast || !w.hasMaxArr || w.maxTS == tmath.Never {
-		return false
+	v, ok := w.IdleAt(now)
+	return ok && w.raise(v)
+}
+
+// Listen records that the source started (or restarted) listening at
+// processing time now and moves the clock there: the silence before it is
+// not evidence (contract §3, deaf is not silent), so the idle rule counts
+// from now as if a message had arrived.
+func (w *Watermark) Listen(now int64) {
+	w.clock, w.hasClock = now, true
+	if !w.hasLast || now > w.last {
+		w.last, w.hasLast = now, true
 	}
-	if now < tmath.Add(w.last, w.idle) {
-		return false
+}
+
+// IdleAt returns the watermark the idle rule would give at processing time
+// now, and false when the rule would not apply then.
+func (w *Watermark) IdleAt(now int64) (int64, bool) {
+	if w.idle <= 0 || !w.hasLast || !w.hasMaxArr || w.maxTS == tmath.Never || now < tmath.Add(w.last, w.idle) {
+		return 0, false
 	}
-	return w.raise(tmath.Add(w.maxTS, tmath.Add(now-w.maxArrival, -w.delay)))
+	return tmath.Add(w.maxTS, tmath.Add(now-w.maxArrival, -w.delay)), true
 }
 
 // Future reports whether ts is more than the maximum skew ahead of the

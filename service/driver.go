@@ -1,0 +1,132 @@
+package service
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/km0/edgeproc/config"
+	"github.com/km0/edgeproc/engine"
+	"github.com/km0/edgeproc/mqtt"
+)
+
+// durable is a log entry that is on disk, on its way to the driver, with
+// the message to ack once it is applied (nil for ticks, listens and
+// replayed entries).
+type durable struct {
+	index uint64
+	e     entry
+	msg   *mqtt.Message
+	err   error // the log could not make the entry durable
+}
+
+// driver owns a market's engine. Every log entry reaches the engine through
+// apply, in log order: live entries from the log's goroutine, and at start
+// the entries a recovery replays after the checkpoint. It acks a live
+// message once applied, sends a checkpoint barrier every
+// state.checkpoint_interval, and decides when an idle tick is due.
+type driver struct {
+	cfg    config.Config
+	log    *slog.Logger
+	record func(market string, in engine.Input) // Deps.Record
+	eng    *engine.Engine
+
+	// in carries durable entries, in log index order, from the log's
+	// goroutine. Closed at shutdown once the log has nothing more to hand
+	// over.
+	in chan durable
+
+	applied     uint64 // the last log index applied
+	tickPending bool   // a tick was appended and has not come back yet
+	fatal       error  // the log failed: nothing more can be acked
+}
+
+// apply hands one log entry to the engine. Positions carry their log index
+// as Line, the line of a rejected record's key, so that key is the same
+// after a recovery.
+func (d *driver) apply(index uint64, e entry) {
+	switch e.kind {
+	case kindPosition:
+		in := engine.Input{Payload: e.payload, Topic: e.topic, Arrival: e.arrival, HasArrival: true, Line: int64(index)}
+		if d.record != nil {
+			d.record(d.cfg.Market, in)
+		}
+		d.eng.Push(&in)
+	case kindTick:
+		d.eng.Tick(e.arrival)
+		d.tickPending = false
+	case kindListen:
+		d.eng.Listen(e.arrival)
+	}
+	d.applied = index
+}
+
+// take applies a live durable entry and acks its message. It reports false
+// when the log failed: the message stays unacked and the market must stop.
+func (d *driver) take(x durable) bool {
+	if x.err != nil {
+		if d.fatal == nil {
+			d.fatal = fmt.Errorf("write-ahead log: %w", x.err)
+			d.log.Error("write-ahead log failed; stopping the market", "index", x.index, "err", x.err)
+		}
+		return false
+	}
+	if d.fatal != nil {
+		return false
+	}
+	d.apply(x.index, x.e)
+	if x.msg != nil {
+		x.msg.Ack()
+	}
+	return true
+}
+
+// run applies live entries until d.in is closed, flushing to the shards
+// whenever none is waiting (latency over batching). Every tickEvery it asks
+// the intake for an idle tick if one would fire something; every
+// checkpoint interval it starts a checkpoint. When d.in is closed it takes
+// the final snapshot and stops the engine, which hands every pending result
+// to the sink. fail is called once if the log fails.
+func (d *driver) run(m *market, fail func()) {
+	defer d.eng.Stop()
+	ckpt := time.NewTicker(d.cfg.State.CheckpointInterval)
+	defer ckpt.Stop()
+	var idleC <-chan time.Time
+	idle := d.cfg.Windows.IdleTimeout.Milliseconds()
+	if idle > 0 {
+		t := time.NewTicker(tickEvery)
+		defer t.Stop()
+		idleC = t.C
+	}
+	for {
+		select {
+		case x, open := <-d.in:
+			// Take everything already waiting, then hand it to the shards.
+			for waiting := open; waiting; {
+				if !d.take(x) {
+					fail()
+				}
+				select {
+				case x, open = <-d.in:
+					waiting = open
+				default:
+					waiting = false
+				}
+			}
+			if !open {
+				m.snapshotFinal(d)
+				return
+			}
+			d.eng.Flush()
+		case <-idleC:
+			// A silent market logs nothing until a tick would fire
+			// something: the engine knows its timers, the intake knows
+			// whether it can hear.
+			if !d.tickPending && d.fatal == nil && d.eng.TickDue(m.deps.Clock().UnixMilli()) {
+				d.tickPending = m.in.tick(idle)
+			}
+		case <-ckpt.C:
+			m.startCheckpoint(d)
+		}
+	}
+}

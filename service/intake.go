@@ -1,0 +1,162 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/km0/edgeproc/internal/ratelog"
+	"github.com/km0/edgeproc/mqtt"
+	"github.com/km0/edgeproc/wal"
+)
+
+// intake owns a market's MQTT session. It stamps each message with its
+// arrival (the processing clock, never decreasing in log order) and appends
+// it to the log; the driver acks it once the log says it is durable.
+//
+// It is the one part that knows whether the market can hear (contract §3,
+// deaf is not silent): before the first message of every new connection,
+// or once a new connection's subscription is granted, it logs a listen
+// entry, so silence counts from there; and it appends an idle tick only
+// while it is connected and subscribed.
+type intake struct {
+	cfg     mqtt.Config
+	log     *slog.Logger
+	clock   func() time.Time
+	wal     *wal.Log
+	durable func(durable) // called by the log's goroutine, in index order
+	errLog  ratelog.Limiter
+
+	src atomic.Pointer[mqtt.Source]
+
+	mu      sync.Mutex // orders appends; guards the fields below
+	now     int64      // ms, the latest arrival appended
+	heard   int64      // ms, the latest message or listen appended
+	conn    uint64     // the connection the latest listen was logged for
+	stopped bool       // nothing more is appended
+}
+
+// start connects to the broker. Messages may be handled before it returns.
+func (in *intake) start(ctx context.Context) error {
+	src, err := mqtt.Start(ctx, in.cfg, in.log, in.handle)
+	if err != nil {
+		return err
+	}
+	in.src.Store(src)
+	return nil
+}
+
+// hearing is the source's connection state; nothing before start returns.
+func (in *intake) hearing() (conn uint64, up, subscribed bool) {
+	if src := in.src.Load(); src != nil {
+		return src.Hearing()
+	}
+	return 0, false, false
+}
+
+// handle is the MQTT handler. Append blocks while the log has too much not
+// yet durable: that is the backpressure path to the broker.
+func (in *intake) handle(msg *mqtt.Message) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.stopped {
+		return // not acked: the broker redelivers it after the restart
+	}
+	in.now = max(in.now, in.clock().UnixMilli())
+	if conn, up, _ := in.hearing(); !up || conn != in.conn {
+		// The first message of a new connection (or of one whose up-call
+		// has not run yet: then every message until it has gets a listen
+		// of its own). Whatever silence came before was deafness.
+		in.appendLocked(entry{kind: kindListen, arrival: in.now}, nil)
+		if up {
+			in.conn = conn
+		}
+	}
+	in.heard = in.now
+	in.appendLocked(entry{kind: kindPosition, arrival: in.now, topic: msg.Topic, payload: msg.Payload}, msg)
+}
+
+// watch logs a listen entry for a new connection whose subscription is
+// granted before any message arrives, every tickEvery until stop closes.
+func (in *intake) watch(stop <-chan struct{}) {
+	t := time.NewTicker(tickEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			in.mu.Lock()
+			if conn, up, sub := in.hearing(); up && sub && conn != in.conn && !in.stopped {
+				in.now = max(in.now, in.clock().UnixMilli())
+				in.heard, in.conn = in.now, conn
+				in.appendLocked(entry{kind: kindListen, arrival: in.now}, nil)
+			}
+			in.mu.Unlock()
+		}
+	}
+}
+
+// tick appends an idle tick at the current time if the market has been
+// listening on its current connection, and hearing nothing, for at least
+// idle ms. It reports whether it did.
+func (in *intake) tick(idle int64) bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	conn, up, sub := in.hearing()
+	if in.stopped || !up || !sub || conn != in.conn {
+		return false
+	}
+	now := max(in.now, in.clock().UnixMilli())
+	if now-in.heard < idle {
+		return false
+	}
+	in.now = now
+	in.appendLocked(entry{kind: kindTick, arrival: now}, nil)
+	return true
+}
+
+// appendLocked appends e; the log's goroutine hands it on once durable.
+func (in *intake) appendLocked(e entry, msg *mqtt.Message) {
+	_, err := in.wal.Append(e.walEntry(), func(i uint64, err error) {
+		in.durable(durable{index: i, e: e, msg: msg, err: err})
+	})
+	if err != nil && !errors.Is(err, wal.ErrClosed) {
+		if ok, n := in.errLog.Allow(); ok {
+			in.log.Error("write-ahead log append failed; message not acknowledged", "err", err, "suppressed", n)
+		}
+	}
+}
+
+// stop ends intake: a handler blocked in Append finishes, later ones
+// return without appending (the broker redelivers those messages).
+func (in *intake) stop() {
+	in.mu.Lock()
+	in.stopped = true
+	in.mu.Unlock()
+}
+
+// close disconnects from the broker, giving the acks made so far their
+// last flush.
+func (in *intake) close(ctx context.Context) error {
+	if src := in.src.Load(); src != nil {
+		return src.Close(ctx)
+	}
+	return nil
+}
+
+// ready says why the market cannot hear, or "" when it can.
+func (in *intake) ready() string {
+	switch _, up, sub := in.hearing(); {
+	case in.src.Load() == nil:
+		return "mqtt: not started"
+	case !up:
+		return "mqtt: not connected"
+	case !sub:
+		return "mqtt: not subscribed"
+	}
+	return ""
+}

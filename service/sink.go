@@ -1,0 +1,119 @@
+package service
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/km0/edgeproc/bridge"
+	"github.com/km0/edgeproc/config"
+	"github.com/km0/edgeproc/internal/ratelog"
+	"github.com/km0/edgeproc/result"
+)
+
+// sink owns everything that leaves a market: results to its JetStream
+// stream, keyed so that re-publication after a recovery is dropped as a
+// duplicate, and courier statuses to its bucket. It runs on the engine's
+// merger goroutine; blocking in Publish (too many results awaiting their
+// ack) is the backpressure path back to the engine and to MQTT.
+type sink struct {
+	cfg config.Config
+	log *slog.Logger
+	nc  *nats.Conn
+
+	br atomic.Pointer[bridge.Bridge]
+
+	// Owned by the merger goroutine.
+	buf      []byte
+	subjects [len(result.Types)]string
+	// pubCtx ends when the shutdown drain deadline passes: a result that
+	// cannot be published by then is given up (counted; no checkpoint is
+	// written past it).
+	pubCtx    context.Context
+	cancelPub context.CancelFunc
+	lost      atomic.Int64 // results the sink could not hand to the bridge
+	errLog    ratelog.Limiter
+}
+
+// open creates the stream and bucket, retrying while NATS is unreachable.
+// It returns false, nil if ctx ends first.
+func (s *sink) open(ctx context.Context) (bool, error) {
+	cfg := bridge.Config{
+		Market: s.cfg.Market, SubjectPrefix: s.cfg.NATS.SubjectPrefix, Stream: s.cfg.NATS.Stream,
+		DuplicateWindow: s.cfg.NATS.DuplicateWindow,
+		ComputeCell:     true, CellResolution: s.cfg.Geo.H3Resolution,
+	}
+	if err := cfg.Validate(); err != nil {
+		return false, err
+	}
+	delay := 250 * time.Millisecond
+	for {
+		octx, cancel := context.WithTimeout(ctx, setupTimeout)
+		br, err := bridge.Open(octx, s.nc, cfg, s.log)
+		cancel()
+		if err == nil {
+			s.br.Store(br)
+			for _, t := range result.Types {
+				s.subjects[t] = br.Config().Subject(t.String())
+			}
+			s.pubCtx, s.cancelPub = context.WithCancel(context.Background())
+			return true, nil
+		}
+		if ctx.Err() != nil {
+			return false, nil
+		}
+		s.log.Warn("cannot open the JetStream stream yet, retrying", "retry_in", delay, "err", err)
+		select {
+		case <-ctx.Done():
+			return false, nil
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, openRetryMax)
+	}
+}
+
+// publish is the engine's sink: it publishes rs in order and keeps the
+// couriers' statuses.
+func (s *sink) publish(rs []result.Record) {
+	br := s.br.Load()
+	for i := range rs {
+		r := &rs[i]
+		s.buf = r.AppendJSON(s.buf[:0])
+		if err := br.Publish(s.pubCtx, s.subjects[r.Type], r.Key(), s.buf); err != nil {
+			s.lost.Add(1)
+			if ok, n := s.errLog.Allow(); ok {
+				s.log.Error("result not published", "key", r.Key(), "err", err, "suppressed", n)
+			}
+		}
+		switch r.Type {
+		case result.NoSignal:
+			br.MarkNoSignal(r.Courier, r.End, r.Lat, r.Lon)
+		case result.SignalRestored:
+			br.MarkOnline(r.Courier)
+		}
+	}
+}
+
+// close waits (bounded by ctx) for every result's ack and closes the
+// bridge.
+func (s *sink) close(ctx context.Context) error {
+	if br := s.br.Load(); br != nil {
+		return br.Close(ctx)
+	}
+	return nil
+}
+
+// ready says why results cannot be delivered now, or "" when they can.
+func (s *sink) ready() string {
+	br := s.br.Load()
+	switch {
+	case br == nil:
+		return "nats: stream not created yet"
+	case !br.Connected():
+		return "nats: not connected"
+	}
+	return ""
+}
