@@ -1,8 +1,10 @@
-// Package crashtest proves contract §8 end to end: `edgeproc run`, a real
-// subprocess, is killed with SIGKILL at random moments (and right after a
-// checkpoint file is written, before the log is truncated, and while NATS
-// is down) while a fleet is published to Mosquitto, and restarted each
-// time. The JetStream stream must end up holding exactly the results of
+// Package crashtest proves contract §8 and §3's "deaf is not silent" end
+// to end: `edgeproc run`, a real subprocess with the default idle timeout,
+// is killed with SIGKILL at random moments (and right after a checkpoint
+// file is written, before the log is truncated, while NATS is down, for
+// longer than the idle timeout while the fleet publishes, and in the final
+// silence), and the broker is stopped for as long, while a fleet is
+// published to Mosquitto; edgeproc is restarted after each kill. The JetStream stream must end up holding exactly the results of
 // one uninterrupted engine run over the same positions.
 //
 // What is checked: for every result type but rejected, the set of keys and
@@ -98,7 +100,7 @@ func mustConfig(tb testing.TB, dir, mqttURL, natsURL string) (string, config.Con
 	y := fmt.Sprintf(`market: %s
 mqtt: {url: %q, client_id: edgeproc-crash}
 nats: {url: %q, duplicate_window: 10m}
-windows: {size: 20s, slide: 10s, gap: 15s, tolerated_delay: 2s, idle_timeout: 0s, max_future_skew: 24h}
+windows: {size: 20s, slide: 10s, gap: 15s, tolerated_delay: 2s, max_future_skew: 24h}
 state: {dir: %q, checkpoint_interval: 300ms}
 http: {listen: %q}
 `, market, mqttURL, natsURL, filepath.Join(dir, "state"), freePort(tb))
@@ -212,10 +214,12 @@ type rec struct {
 	Raw    string `json:"raw"`
 }
 
-// expected runs the engine over the payloads in publish order (no arrival:
-// with idle_timeout 0 and no future check the results depend on the order
-// only) and returns the first JSON of each key, emitted_at_ms removed, and
-// the (reason, raw) pairs of rejected inputs.
+// expected runs the engine over the payloads in publish order with no
+// processing clock (every timestamp is before its arrival, so the
+// effective timestamps are the timestamps), then ends the input so that
+// everything fires, as the live run's idle rule makes it fire after the
+// final silence. It returns the first JSON of each key, emitted_at_ms and
+// end_of_input removed, and the (reason, raw) pairs of rejected inputs.
 func expected(tb testing.TB, cfg config.Config, msgs []testenv.Message) (map[string]string, map[string]bool) {
 	tb.Helper()
 	ecfg := service.EngineConfig(cfg)
@@ -225,16 +229,18 @@ func expected(tb testing.TB, cfg config.Config, msgs []testenv.Message) (map[str
 	eng := engine.New(ecfg, func(rs []result.Record) {
 		for i := range rs {
 			buf = rs[i].AppendJSON(buf[:0])
+			buf = eoiRe.ReplaceAll(buf, nil)
 			addRecord(tb, buf, byKey, rejected)
 		}
 	})
 	for i, m := range msgs {
 		eng.Push(&engine.Input{Payload: m.Payload, Topic: m.Topic, Line: int64(i + 1)})
 	}
-	eng.Sync()
-	eng.Stop()
+	eng.Close()
 	return byKey, rejected
 }
+
+var eoiRe = regexp.MustCompile(`,"end_of_input":true`)
 
 func addRecord(tb testing.TB, data []byte, byKey map[string]string, rejected map[string]bool) {
 	tb.Helper()
@@ -271,14 +277,65 @@ func streamCount(tb testing.TB, url, stream string) uint64 {
 	return st.CachedInfo().State.Msgs
 }
 
+// publishFleet publishes msgs in order, paced over publishFor, as phones
+// would: when the broker is away it reconnects and sends again until the
+// broker has acknowledged each message.
+func publishFleet(addr string, msgs []testenv.Message, done chan<- error) {
+	pub, err := testenv.DialPublisher(addr, "crash-pub")
+	if err != nil {
+		done <- err
+		return
+	}
+	defer func() { pub.Close() }()
+	pace := publishFor / time.Duration(len(msgs))
+	next := time.Now()
+	for _, m := range msgs {
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err := pub.Publish(ctx, m.Topic, m.Payload)
+			cancel()
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				done <- fmt.Errorf("broker away for 2 minutes: %w", err)
+				return
+			}
+			pub.Close()
+			time.Sleep(200 * time.Millisecond)
+			if p, err := testenv.DialPublisher(addr, "crash-pub"); err == nil {
+				pub = p
+			}
+		}
+		next = next.Add(pace)
+		time.Sleep(time.Until(next))
+	}
+	done <- nil
+}
+
+// TestKill9_ResultsEqualUninterruptedRun runs the fleet through kill -9s at
+// random moments, one right after a checkpoint write, one while NATS is
+// down, an outage of edgeproc and one of the broker each longer than the
+// idle timeout and gap + tolerated_delay while the fleet goes on
+// publishing, and kill -9s in the final fleet-wide silence, all with the
+// default idle timeout: the stream must hold exactly what one run without
+// any of it gives (contract §3 "deaf is not silent", §8).
 func TestKill9_ResultsEqualUninterruptedRun(t *testing.T) {
 	bin := mustBuild(t)
 	mosq := testenv.StartMosquitto(t)
 	ns := testenv.StartNATS(t)
 	dir := t.TempDir()
 	confPath, cfg := mustConfig(t, dir, mosq.URL(), ns.URL())
+	idle := cfg.Windows.IdleTimeout
+	outage := idle + 2*time.Second
+	if g := cfg.Windows.Gap + cfg.Windows.ToleratedDelay; outage <= g {
+		t.Fatalf("outage %v must exceed gap + tolerated_delay %v", outage, g)
+	}
 
-	msgs := testenv.FleetMessages(market, couriers, 8*time.Minute, 42, time.Now())
+	// Event time runs about 6 times faster than the clock, and ends at the
+	// start: every position arrives after its timestamp.
+	msgs := testenv.FleetMessages(market, couriers, 8*time.Minute, 42, time.Now().Add(-8*time.Minute))
 	wantByKey, wantRejected := expected(t, cfg, msgs)
 	t.Logf("fleet: %d messages; reference run: %d keyed results, %d rejected inputs", len(msgs), len(wantByKey), len(wantRejected))
 	if len(wantByKey) == 0 || len(wantRejected) == 0 {
@@ -294,31 +351,13 @@ func TestKill9_ResultsEqualUninterruptedRun(t *testing.T) {
 	sup.start()
 	waitReady(t, cfg.HTTP.Listen, 30*time.Second)
 
-	// Publisher: the whole fleet over publishFor, QoS 1, acked by Mosquitto.
 	pubDone := make(chan error, 1)
-	pub := mosq.Publisher(t, "crash-pub") // on the test goroutine: it may fail the test
-	go func() {
-		pace := publishFor / time.Duration(len(msgs))
-		next := time.Now()
-		for _, m := range msgs {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			err := pub.Publish(ctx, m.Topic, m.Payload)
-			cancel()
-			if err != nil {
-				pubDone <- err
-				return
-			}
-			next = next.Add(pace)
-			time.Sleep(time.Until(next))
-		}
-		pubDone <- nil
-	}()
+	go publishFleet(mosq.Addr(), msgs, pubDone)
 
-	// Killer: random kills until publishing ends; one right after a
-	// checkpoint is written (before the log is truncated), one while NATS
-	// is down.
+	// Killer: random kills until publishing ends, with the special cases
+	// at fixed places in the sequence.
 	rng := rand.New(rand.NewSource(1))
-	kills, ckptKills, natsKills := 0, 0, 0
+	kills, ckptKills, natsKills, longKills, brokerStops := 0, 0, 0, 0, 0
 	published := false
 	for !published || kills < minKills {
 		wait := time.Duration(1500+rng.Intn(4500)) * time.Millisecond
@@ -345,29 +384,51 @@ func TestKill9_ResultsEqualUninterruptedRun(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatalf("no checkpoint written within 10s")
 			}
-		case kills == 5:
+		case kills == 3 && longKills == 0:
+			sup.kill()
+			time.Sleep(outage) // the fleet goes on publishing into the session
+			longKills++
+		case kills == 5 && natsKills == 0:
 			ns.Shutdown()
 			time.Sleep(time.Duration(500+rng.Intn(1000)) * time.Millisecond)
 			sup.kill()
 			ns.Restart()
 			natsKills++
+		case kills == 6 && brokerStops == 0:
+			mosq.Stop()
+			time.Sleep(outage) // edgeproc is deaf, the phones wait
+			mosq.Restart()
+			brokerStops++
+			continue // no kill: edgeproc lives through it
 		default:
 			sup.kill()
 		}
 		kills++
 		sup.start()
 	}
-	t.Logf("%d kills (%d right after a checkpoint write, %d with NATS down), %d edgeproc runs", kills, ckptKills, natsKills, sup.runs)
+
+	// The fleet-wide silence, with kill -9s in it: after each restart the
+	// idle clock starts again, and the idle rule then fires everything.
+	for i := 0; i < 2; i++ {
+		time.Sleep(idle/2 + time.Duration(rng.Intn(int(idle/2))))
+		sup.kill()
+		kills++
+		sup.start()
+	}
+	t.Logf("%d kills (%d right after a checkpoint write, %d with NATS down, %d for %v), %d broker stops for %v, %d edgeproc runs",
+		kills, ckptKills, natsKills, longKills, outage, brokerStops, outage, sup.runs)
 
 	// Wait until edgeproc is idle: the stream holds at least every expected
 	// key and has stopped growing (or, if something is lost, stopped
-	// growing for longer: the comparison then says what).
+	// growing for longer: the comparison then says what). The idle rule
+	// needs idle_timeout, then size + gap of event time, to fire the rest.
 	minMsgs := uint64(len(wantByKey) + len(wantRejected))
-	deadline := time.Now().Add(90 * time.Second)
+	settle := idle + cfg.Windows.Size + cfg.Windows.Gap + 10*time.Second
+	deadline := time.Now().Add(settle + 60*time.Second)
 	var last uint64
 	stable := 0
-	for stable < 6 && !(stable >= 3 && last >= minMsgs) && time.Now().Before(deadline) {
-		time.Sleep(500 * time.Millisecond)
+	for stable < int(settle/time.Second) && !(stable >= 3 && last >= minMsgs) && time.Now().Before(deadline) {
+		time.Sleep(time.Second)
 		n := streamCount(t, ns.URL(), cfg.NATS.Stream)
 		if n == last {
 			stable++
@@ -390,6 +451,9 @@ func TestKill9_ResultsEqualUninterruptedRun(t *testing.T) {
 		}
 		if _, dup := gotByKey[r.Key]; dup && r.Type != "rejected" {
 			t.Errorf("key %s stored twice: the duplicate window did not drop a re-emission", r.Key)
+		}
+		if bytes.Contains(m.Data, []byte(`"end_of_input":true`)) {
+			t.Errorf("%s carries end_of_input in a live run", r.Key)
 		}
 		addRecord(t, m.Data, gotByKey, gotRejected)
 	}

@@ -117,3 +117,49 @@ func TestEngine_StatsCount(t *testing.T) {
 		t.Fatalf("got %+v", st)
 	}
 }
+
+// TestEngine_TickDueOnlyWhenATickFiresSomething guards the silent market's
+// quiet: a tick is due only once the idle rule would reach the earliest
+// timer (a window end, then a session close), never before.
+func TestEngine_TickDueOnlyWhenATickFiresSomething(t *testing.T) {
+	cfg := liveConfig() // window 60 s, gap 60 s, delay 10 s, idle 30 s
+	var c collector
+	e := New(cfg, c.sink)
+	defer e.Stop()
+	ts := t0 + 1_000 // its window [t0, t0+60 s); its session closes at ts+60 s
+	e.Push(input("a", ts, ts))
+	e.Sync()
+	windowEnd, sessionClose := t0+60_000, ts+60_000
+	// The idle rule at now gives ts + (now - ts) - 10 s = now - 10 s.
+	for _, tt := range []struct {
+		now  int64
+		want bool
+	}{
+		{ts + 29_999, false},            // not idle yet
+		{ts + 30_000, false},            // idle, but wm = ts+20 s fires nothing
+		{windowEnd + 10_000 - 1, false}, // wm one ms before the window's end
+		{windowEnd + 10_000, true},      // wm reaches the window's end
+	} {
+		if got := e.TickDue(tt.now); got != tt.want {
+			t.Errorf("TickDue(ts+%d ms) = %v, want %v", tt.now-ts, got, tt.want)
+		}
+	}
+	e.Tick(windowEnd + 10_000)
+	e.Sync()
+	if n := len(c.ofType(result.Distance)); n != 1 {
+		t.Fatalf("the due tick fired %d distance windows, want 1", n)
+	}
+	if e.TickDue(sessionClose + 10_000 - 1) {
+		t.Errorf("due one ms before the session closes")
+	}
+	if !e.TickDue(sessionClose + 10_000) {
+		t.Errorf("not due when the session closes")
+	}
+	e.Listen(sessionClose + 10_000) // deaf until now: the idle clock restarts
+	if e.TickDue(sessionClose + 10_000 + 29_999) {
+		t.Errorf("due 29.999 s after a listen, want the idle timeout to count from the listen")
+	}
+	if !e.TickDue(sessionClose + 10_000 + 30_000) {
+		t.Errorf("not due an idle timeout after the listen")
+	}
+}

@@ -36,9 +36,13 @@ type driver struct {
 	// over.
 	in chan durable
 
-	applied     uint64 // the last log index applied
-	tickPending bool   // a tick was appended and has not come back yet
-	fatal       error  // the log failed: nothing more can be acked
+	applied uint64 // the last log index applied
+	// changed is set when a position or a tick has been applied since the
+	// last checkpoint started: listens alone change nothing worth a
+	// checkpoint, so a silent market writes none.
+	changed     bool
+	tickPending bool  // a tick was appended and has not come back yet
+	fatal       error // the log failed: nothing more can be acked
 }
 
 // apply hands one log entry to the engine. Positions carry their log index
@@ -52,9 +56,11 @@ func (d *driver) apply(index uint64, e entry) {
 			d.record(d.cfg.Market, in)
 		}
 		d.eng.Push(&in)
+		d.changed = true
 	case kindTick:
 		d.eng.Tick(e.arrival)
 		d.tickPending = false
+		d.changed = true
 	case kindListen:
 		d.eng.Listen(e.arrival)
 	}

@@ -44,8 +44,6 @@ type ckptState struct {
 	// while one is in progress is skipped.
 	jobs chan ckptJob
 	busy atomic.Bool
-	// tag is the tag of the last checkpoint started; owned by the driver.
-	tag uint64
 	// final is set by the merger with the shutdown snapshot, and read
 	// once the engine has stopped.
 	final *ckptJob
@@ -179,7 +177,6 @@ func (m *market) recover(ecfg engine.Config) error {
 	eng.Flush()
 	d.applied = max(d.applied, tag)
 	d.tickPending = false
-	m.ckpt.tag = tag
 	m.ckpt.prevTag = tag
 	m.ckpt.replayed = n
 	m.ckpt.recovery = time.Since(start)
@@ -193,14 +190,14 @@ func (m *market) recover(ecfg engine.Config) error {
 // nothing was applied since the last one or one is still being written.
 // Called by the ingest goroutine.
 func (m *market) startCheckpoint(d *driver) {
-	if d.applied == m.ckpt.tag || d.fatal != nil {
+	if !d.changed || d.fatal != nil {
 		return
 	}
 	if !m.ckpt.busy.CompareAndSwap(false, true) {
 		m.ckpt.skipped.Add(1)
 		return
 	}
-	m.ckpt.tag = d.applied
+	d.changed = false
 	job := ckptJob{tag: d.applied, start: time.Now()}
 	m.log.Debug("checkpoint started", "tag", job.tag)
 	d.eng.Checkpoint(job.tag, func(snap []byte) {

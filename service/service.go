@@ -2,23 +2,35 @@
 // configured market, an MQTT persistent session feeds the event-time engine,
 // whose results go to the market's JetStream stream and courier bucket.
 //
-// Per market the data path is
+// Per market the data path is four parts (market.go), each owning its
+// state, data flowing one way:
 //
-//	MQTT handler ─Append─▶ write-ahead log (group commit) ─done, in index order─▶
-//	    bounded channel (1024) ─▶ ingest goroutine ─▶ engine ─sink─▶ bridge ─▶ JetStream
+//	intake (MQTT handler) ─Append─▶ log (write-ahead, group commit) ─done, in index order─▶
+//	    bounded channel (1024) ─▶ driver (owns the engine) ─sink─▶ bridge ─▶ JetStream, KV
 //
-// The handler stamps each message's arrival (wall clock, never decreasing)
+// The intake stamps each message's arrival (wall clock, never decreasing)
 // and appends it to the market's write-ahead log (state.dir/wal). Only once
 // its batch is fsynced (state.wal_sync) does the log hand it, in index
-// order, to the one ingest goroutine that owns the engine, which pushes it
-// with Line = its log index (the rejected record's key, the same after a
-// recovery) and only then acks it to the broker (contract §8). The engine
-// never sees an input that a recovery could not see again with the same
-// arrival. With windows.idle_timeout > 0, a tick (empty topic, no payload)
-// is logged every 100 ms while the market has been silent that long, and
-// applied like a message, so a recovery reproduces the idle rule.
+// order, to the driver, which applies it to the engine with Line = its log
+// index (the rejected record's key, the same after a recovery) and only
+// then acks it to the broker (contract §8). The engine never sees an input
+// that a recovery could not see again with the same arrival: every log
+// entry, live or replayed, goes through one driver.apply.
 //
-// Every state.checkpoint_interval the ingest goroutine sends a barrier
+// Entries are of three kinds (entry.go): a position (an MQTT message as
+// received), a tick (the idle rule applied at its arrival), and a listen
+// (contract §3, deaf is not silent): the intake logs one before the first
+// message of every new MQTT connection, or as soon as its subscription is
+// granted, so the idle rule counts silence only from there, and it
+// appends ticks only while connected and subscribed. An outage of the
+// broker or of edgeproc therefore never advances event time by itself:
+// the messages the persistent session kept arrive first. A silent market
+// logs nothing: the driver asks for a tick (windows.idle_timeout > 0) only
+// when the idle rule would reach the earliest timer of a shard
+// (engine.TickDue), and writes no checkpoint while only listens were
+// applied.
+//
+// Every state.checkpoint_interval the driver sends a barrier
 // through the engine (engine.Checkpoint, tagged with the last log index
 // applied); the snapshot is handed, without blocking, to a checkpointer
 // goroutine (a checkpoint due while one is in progress is skipped). The
@@ -38,7 +50,7 @@
 // DuplicateWindowMargin, and Run warns at start when it does not. The
 // worst recovery time is the replay of that much log (over 1 M entries/s).
 //
-// Shutdown stops intake, syncs the log and pushes every durable entry,
+// Shutdown stops intake, syncs the log and applies every durable entry,
 // takes a final snapshot, stops the engine, waits (bounded) for the acks,
 // writes the final checkpoint if every result was acked, and closes the
 // log. Nothing is unbounded: when NATS is slow or away the bridge's
@@ -51,7 +63,10 @@
 // another. Markets on the same NATS URL share one connection. Markets
 // whose http.listen addresses are equal share one HTTP listener, which
 // serves the metrics of those markets and their readiness; markets on
-// different addresses get one listener each.
+// different addresses get one listener each. A market that cannot start or
+// that fails (its log, its MQTT source) is logged at once and stops alone;
+// /healthz then fails, naming it, so that a supervisor restarts the
+// process, and /readyz names every market that is not ready and why.
 package service
 
 import (

@@ -64,3 +64,44 @@ func TestWatermark_Future(t *testing.T) {
 		t.Fatalf("skew + 1 ms ahead must be rejected")
 	}
 }
+
+func TestWatermark_ListenRestartsTheIdleClock(t *testing.T) {
+	w := New(10_000, 30_000, 60_000)
+	w.Idle(1_000_000)
+	w.Received()
+	w.Observe(995_000) // arrives at 1_000_000
+	// Deaf from 1_000_000 to 1_100_000, listening again from there.
+	w.Listen(1_100_000)
+	if _, ok := w.IdleAt(1_129_999); ok {
+		t.Fatalf("29.999 s after the listen: want no idle advance")
+	}
+	if w.Idle(1_129_999) {
+		t.Fatalf("Idle advanced 29.999 s after the listen")
+	}
+	v, ok := w.IdleAt(1_130_000)
+	// max_ts + (now - arrival_of(max_ts)) - delay: the rule's formula,
+	// only its start moved.
+	if want := int64(995_000 + 130_000 - 10_000); !ok || v != want {
+		t.Fatalf("IdleAt(1_130_000) = %d, %v; want %d, true", v, ok, want)
+	}
+	if w.Current() != 985_000 {
+		t.Fatalf("IdleAt moved the watermark to %d", w.Current())
+	}
+	if !w.Idle(1_130_000) || w.Current() != v {
+		t.Fatalf("Idle at the timeout: got %d, want %d", w.Current(), v)
+	}
+}
+
+func TestWatermark_ListenNeverMovesTheIdleClockBack(t *testing.T) {
+	w := New(0, 100, 0)
+	w.Idle(1_000)
+	w.Received()
+	w.Observe(1_000)
+	w.Listen(900) // an older listen changes nothing
+	if _, ok := w.IdleAt(1_099); ok {
+		t.Fatalf("idle before the timeout after the last message")
+	}
+	if _, ok := w.IdleAt(1_100); !ok {
+		t.Fatalf("want the idle rule to apply 100 ms after the last message")
+	}
+}

@@ -22,26 +22,39 @@ type Publisher struct {
 // connection is closed at cleanup.
 func (m *Mosquitto) Publisher(tb testing.TB, clientID string) *Publisher {
 	tb.Helper()
+	p, err := DialPublisher(m.Addr(), clientID)
+	if err != nil {
+		tb.Fatalf("publisher: %v", err)
+	}
+	tb.Cleanup(p.Close)
+	return p
+}
+
+// DialPublisher connects a publisher to the broker at addr with clientID
+// ("" for a unique one); the caller closes it. Unlike Publisher it may be
+// called from any goroutine, e.g. to reconnect as a phone would after the
+// broker restarted.
+func DialPublisher(addr, clientID string) (*Publisher, error) {
 	if clientID == "" {
 		clientID = fmt.Sprintf("pub-%d", time.Now().UnixNano())
 	}
-	conn, err := net.DialTimeout("tcp", m.Addr(), 5*time.Second)
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
-		tb.Fatalf("publisher: dial %s: %v", m.Addr(), err)
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
 	c := paho.NewClient(paho.ClientConfig{Conn: conn})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	ca, err := c.Connect(ctx, &paho.Connect{ClientID: clientID, CleanStart: true, KeepAlive: 30})
 	if err != nil {
-		tb.Fatalf("publisher: connect: %v", err)
+		_ = conn.Close()
+		return nil, fmt.Errorf("connect: %w", err)
 	}
 	if ca.ReasonCode != 0 {
-		tb.Fatalf("publisher: connect: reason %d", ca.ReasonCode)
+		_ = conn.Close()
+		return nil, fmt.Errorf("connect: reason %d", ca.ReasonCode)
 	}
-	p := &Publisher{c: c}
-	tb.Cleanup(p.Close)
-	return p
+	return &Publisher{c: c}, nil
 }
 
 // Publish sends one QoS 1 message and waits for the broker's ack. It is

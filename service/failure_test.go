@@ -1,0 +1,155 @@
+package service_test
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/km0/edgeproc/config"
+	"github.com/km0/edgeproc/internal/testenv"
+	"github.com/km0/edgeproc/service"
+)
+
+// syncBuffer is a log destination the test reads while the service writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// waitStatus polls url until it answers code with a body containing every
+// want, and returns the body.
+func waitStatus(tb testing.TB, url string, code int, d time.Duration, want ...string) string {
+	tb.Helper()
+	deadline := time.Now().Add(d)
+	var body string
+	var got int
+	for {
+		got, body = get(tb, url)
+		ok := got == code
+		for _, w := range want {
+			ok = ok && strings.Contains(body, w)
+		}
+		if ok {
+			return body
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("GET %s: got %d %q, want %d with %q within %v", url, got, body, code, want, d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRun_MarketThatCannotStartIsLoudAndDead: a market whose MQTT source
+// cannot start (its CA file is unreadable) is logged at once with the
+// cause, /healthz fails naming it so that a supervisor restarts the
+// process, /readyz names it and why, the other market keeps running, and
+// shutdown does not hang.
+func TestRun_MarketThatCannotStartIsLoudAndDead(t *testing.T) {
+	mosq := testenv.StartMosquitto(t)
+	ns := testenv.StartNATS(t)
+	good := mustConfig(t, "girona", mosq.URL(), ns.URL())
+	bad := mustConfig(t, "valencia", mosq.URL(), ns.URL())
+	bad.MQTT.URL = strings.Replace(mosq.URL(), "mqtt://", "mqtts://", 1)
+	bad.MQTT.CAFile = filepath.Join(t.TempDir(), "missing-ca.pem")
+	var logs syncBuffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	svc := startService(t, []config.Config{good, bad}, service.Deps{Log: log})
+
+	var base string
+	select {
+	case a := <-svc.addr:
+		base = "http://" + a.String()
+	case <-time.After(20 * time.Second):
+		t.Fatalf("no HTTP listener")
+	}
+	health := waitStatus(t, base+"/healthz", http.StatusServiceUnavailable, 20*time.Second, "valencia", "missing-ca.pem")
+	if strings.Contains(health, "girona") {
+		t.Errorf("/healthz names the healthy market: %q", health)
+	}
+	ready := waitStatus(t, base+"/readyz", http.StatusServiceUnavailable, 20*time.Second, "valencia: dead: start mqtt")
+	// The healthy market becomes ready and is not named.
+	deadline := time.Now().Add(20 * time.Second)
+	for strings.Contains(ready, "girona") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+		_, ready = get(t, base+"/readyz")
+	}
+	if strings.Contains(ready, "girona") {
+		t.Errorf("/readyz: %q, want only valencia named", ready)
+	}
+	if l := logs.String(); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, "market=valencia") || !strings.Contains(l, "missing-ca.pem") {
+		t.Errorf("no ERROR log naming the market and the CA file:\n%s", l)
+	}
+
+	svc.cancel()
+	select {
+	case err := <-svc.done:
+		if err == nil || !strings.Contains(err.Error(), "valencia") {
+			t.Errorf("Run returned %v, want the dead market's error", err)
+		}
+		svc.done <- nil // for the cleanup
+	case <-time.After(15 * time.Second):
+		t.Fatalf("shutdown hangs after a market failed to start")
+	}
+}
+
+// TestRun_SilentMarketWritesNothing: with the idle rule on, a market that
+// hears nothing appends no ticks and writes no checkpoints until a tick
+// would fire something (flash wear on an edge box).
+func TestRun_SilentMarketWritesNothing(t *testing.T) {
+	mosq := testenv.StartMosquitto(t)
+	ns := testenv.StartNATS(t)
+	c := mustConfig(t, "girona", mosq.URL(), ns.URL())
+	c.Windows.IdleTimeout = 300 * time.Millisecond
+	c.State.CheckpointInterval = 100 * time.Millisecond
+	reg := prometheus.NewRegistry()
+	svc := startService(t, []config.Config{c}, service.Deps{Log: testLog(t), Registry: reg})
+	waitReady(t, svc, 20*time.Second)
+
+	quiet := func(what string) {
+		t.Helper()
+		time.Sleep(300 * time.Millisecond) // what was due is written
+		wal0, ck0 := gauge(t, reg, "edgeproc_wal_size_bytes", "girona"), gauge(t, reg, "edgeproc_checkpoints_total", "girona")
+		time.Sleep(1500 * time.Millisecond) // five idle timeouts, fifteen checkpoint intervals
+		wal1, ck1 := gauge(t, reg, "edgeproc_wal_size_bytes", "girona"), gauge(t, reg, "edgeproc_checkpoints_total", "girona")
+		if wal1 != wal0 || ck1 != ck0 {
+			t.Errorf("%s: in 1.5 s of silence the log grew %v → %v bytes and checkpoints went %v → %v; want no writes", what, wal0, wal1, ck0, ck1)
+		}
+	}
+	quiet("before any position")
+	if got := gauge(t, reg, "edgeproc_checkpoints_total", "girona"); got != 0 {
+		t.Errorf("%v checkpoints written for a market that never heard a position, want 0", got)
+	}
+
+	// One position: checkpointed once; its window ends minutes ahead, so
+	// the silence after it writes nothing either.
+	pub := mosq.Publisher(t, "silent-pub")
+	pub.MustPublish(t, "km0/girona/positions/c1", []byte(fmt.Sprintf(`{"courier":"c1","lat":41.98,"lon":2.82,"timestamp_ms":%d}`, time.Now().UnixMilli())))
+	deadline := time.Now().Add(10 * time.Second)
+	for gauge(t, reg, "edgeproc_checkpoints_total", "girona") < 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the position was never checkpointed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	quiet("after one position")
+}
