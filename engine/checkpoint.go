@@ -245,6 +245,7 @@ func Restore(cfg Config, sink Sink, snapshot []byte) (*Engine, uint64, error) {
 			}
 			s.couriers[c.name] = c
 			s.schedule(c)
+			e.track.add(c.name, c.latest).ahead = c.dist.After(w.MaxTS, nil)
 		}
 	}
 	if err := r.Err(); err != nil {

@@ -27,7 +27,7 @@ func runAll(cfg Config, ins []Input) []byte {
 	for i := range ins {
 		e.Push(&ins[i])
 	}
-	e.Close()
+	e.EndOfInput()
 	return out
 }
 
@@ -79,7 +79,7 @@ func TestCheckpoint_RestoreContinuesExactly(t *testing.T) {
 			for i := cut; i < len(ins); i++ {
 				b.Push(&ins[i])
 			}
-			b.Close()
+			b.EndOfInput()
 			if !bytes.Equal(got, want) {
 				t.Fatalf("seed %d cut %d/%d shards %d→%d: output differs from an uninterrupted run", seed, cut, len(ins), cfg.Shards, cfg2.Shards)
 			}
@@ -190,7 +190,7 @@ func TestCheckpoint_CopyOnWriteUnderIntake(t *testing.T) {
 		for i := cut; i < len(ins); i++ { // intake goes on during the snapshot
 			a.Push(&ins[i])
 		}
-		a.Close()
+		a.EndOfInput()
 		snap := <-snaps
 
 		var rest []byte
@@ -201,7 +201,7 @@ func TestCheckpoint_CopyOnWriteUnderIntake(t *testing.T) {
 		for i := cut; i < len(ins); i++ {
 			b.Push(&ins[i])
 		}
-		b.Close()
+		b.EndOfInput()
 		if got := append(prefix, rest...); !bytes.Equal(got, want) {
 			t.Fatalf("cut %d/%d: snapshot taken under intake does not continue exactly", cut, len(ins))
 		}

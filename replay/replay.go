@@ -73,7 +73,7 @@ func Run(cfg engine.Config, in io.Reader, out io.Writer) (Summary, error) {
 	lines, rerr := readLines(in, func(line []byte, n int64) {
 		e.Push(&engine.Input{Payload: line, Line: n})
 	})
-	e.Close()
+	e.EndOfInput()
 	if werr == nil {
 		werr = w.Flush()
 	}
