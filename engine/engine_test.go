@@ -58,6 +58,26 @@ func TestEngine_StopKeepsWindowsOpen(t *testing.T) {
 	}
 }
 
+func TestEngine_EndsOnce(t *testing.T) {
+	var c collector
+	e := New(liveConfig(), c.sink)
+	e.Push(input("a", t0, t0))
+	e.Stop()
+	e.EndOfInput() // after Stop: nothing more happens, no panic
+	e.Stop()
+	if len(c.recs) != 0 {
+		t.Fatalf("got %d records, want none: the engine had stopped before EndOfInput", len(c.recs))
+	}
+	e = New(liveConfig(), c.sink)
+	e.Push(input("a", t0, t0))
+	e.EndOfInput()
+	e.EndOfInput()
+	e.Stop()
+	if n := len(c.ofType(result.NoSignal)); n != 1 {
+		t.Fatalf("got %d no_signal, want 1 from the single end of input", n)
+	}
+}
+
 func TestEngine_TickAdvancesIdleWatermark(t *testing.T) {
 	var c collector
 	e := New(liveConfig(), c.sink)
