@@ -43,7 +43,6 @@ import (
 	"github.com/km0/edgeproc/engine"
 	"github.com/km0/edgeproc/internal/testenv"
 	"github.com/km0/edgeproc/result"
-	"github.com/km0/edgeproc/service"
 )
 
 const (
@@ -218,7 +217,7 @@ type rec struct {
 // the (reason, raw) pairs of rejected inputs.
 func expected(tb testing.TB, cfg config.Config, msgs []testenv.Message) (map[string]string, map[string]bool) {
 	tb.Helper()
-	ecfg := service.EngineConfig(cfg)
+	ecfg := engine.ConfigFrom(cfg)
 	ecfg.Topic = cfg.MQTT.Topic
 	byKey, rejected := map[string]string{}, map[string]bool{}
 	var buf []byte

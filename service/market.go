@@ -146,7 +146,7 @@ func (m *market) run(ctx context.Context, drain time.Duration) error {
 	for _, t := range result.Types {
 		m.subjects[t] = br.Config().Subject(t.String())
 	}
-	ecfg := EngineConfig(m.cfg)
+	ecfg := engine.ConfigFrom(m.cfg)
 	ecfg.Topic = m.cfg.MQTT.Topic
 	ecfg.Shards = m.deps.Shards
 	// The bridge coalesces positions per courier and computes the cell
