@@ -137,8 +137,8 @@ func (t *tracked) isAhead(ts, maxTS int64) bool {
 			found = found || a == ts
 		}
 	}
-	if k == 0 {
-		t.ahead = nil // the common case: let a burst's slice go
+	if k == 0 && cap(t.ahead) > 8 {
+		t.ahead = nil // let a burst's slice go; a slightly fast phone keeps its small one
 	} else {
 		t.ahead = t.ahead[:k]
 	}
