@@ -80,10 +80,13 @@ func TestReplay_ContractBoundaries(t *testing.T) {
 			},
 		},
 		{
+			// 2^63-2 once made a shard spin; 2^63-1 made window.fire panic.
 			name:  "timestamp 253402300799999 is valid, 1 ms more is bad_timestamp",
-			lines: []string{pos("a", 253402300799999, 0, -1), pos("b", 253402300800000, 0, -1)},
+			lines: []string{pos("a", 253402300799999, 0, -1), pos("b", 253402300800000, 0, -1), pos("c", math.MaxInt64-1, 0, -1), pos("d", math.MaxInt64, 0, -1)},
 			check: func(t *testing.T, recs []map[string]any, _ engine.Stats) {
 				wantRejected(t, recs, 2, "bad_timestamp")
+				wantRejected(t, recs, 3, "bad_timestamp")
+				wantRejected(t, recs, 4, "bad_timestamp")
 				if r := find(recs, "distance", "a", "window_end_ms", 253402300800000); r == nil {
 					t.Errorf("no window of a at the end of 9999 in %v", recs)
 				}

@@ -124,7 +124,9 @@ func (d *Distance) search(ts int64) int {
 func (d *Distance) Idle() bool { return len(d.panes) == 0 }
 
 // Insert adds a fix that is not late and not a duplicate (see Has).
-// The caller has advanced d to the current watermark first.
+// The caller has advanced d to the current watermark first. x.TS + Size
+// must fit in an int64 (the contract's timestamps end in year 9999), so
+// that every window holding it has a real end.
 func (d *Distance) Insert(s Spec, f geo.Filter, x geo.Fix) {
 	i := d.search(x.TS)
 	n := len(d.fixes)
