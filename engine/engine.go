@@ -5,8 +5,8 @@
 //
 // Data flows one way, in chunks of inputs:
 //
-//	Push → sequencer (decode, reject, watermark) → shard queues → shards
-//	     (windows, sessions, timers) → merger (order) → sink
+//	Push → sequencer (decode, reject, tracking, watermark) → shard queues
+//	     → shards (windows, sessions, timers) → merger (order) → sink
 //
 // The sequencer records every watermark step of a chunk with the input that
 // caused it and the processing clock at that moment. A shard applies its
@@ -14,7 +14,9 @@
 // timers lazily, stamping each firing with the step at which the watermark
 // first reached it. Results therefore do not depend on the shard count or
 // on goroutine scheduling: a run is a function of its inputs and their
-// arrival times (contract §3, "live = replay").
+// arrival times (contract §3, "live = replay"). For the same reason the
+// sequencer decides which couriers are tracked (the courier limit, and
+// forgetting after restore_ttl) and tells their shards in sequence.
 package engine
 
 import (
@@ -60,6 +62,10 @@ type Config struct {
 	// live service uses it for the courier key-value bucket; it must be
 	// cheap and must not block.
 	OnPosition func(courier []byte, ts int64, lat, lon float64)
+	// OnForget, when set, is called from the sequencer with every courier
+	// that stops being tracked: forgotten after RestoreTTL, or evicted to
+	// make room at MaxCouriers. Like OnPosition, it must not block.
+	OnForget func(courier string)
 }
 
 // Input is one arrived message.
@@ -271,6 +277,9 @@ func (e *Engine) stepped(c *chunk, seq int64) {
 func (e *Engine) forget(c *chunk, seq int64) {
 	t := e.track.top()
 	e.track.removeTop()
+	if e.cfg.OnForget != nil {
+		e.cfg.OnForget(t.name)
+	}
 	sh := shardOf([]byte(t.name), len(e.shards))
 	c.events[sh] = append(c.events[sh], event{
 		seq: seq, wm: e.wm.Current(), forget: true, off: uint32(len(c.names)), n: uint8(len(t.name)),
