@@ -237,9 +237,8 @@ func (e *Engine) Push(in *Input) {
 	}
 }
 
-// observe applies a position's timestamp to the watermark: its effective
-// timestamp min(ts, arrival) when there is a clock (contract §3), unless
-// it is a duplicate. t is its tracked courier, nil for a refused position.
+// observe applies a position's timestamp to the watermark (which counts it
+// at its effective timestamp, min(ts, arrival)), unless it is a duplicate. t is its tracked courier, nil for a refused position.
 //
 // Duplicates are decided by the shards, but only a duplicate above max_ts
 // could move the watermark, and such a copy's original is one of t.ahead.
@@ -249,11 +248,7 @@ func (e *Engine) observe(c *chunk, seq int64, t *tracked, ts int64) {
 	if ts <= maxTS || dup {
 		return
 	}
-	eff := ts
-	if now, ok := e.wm.Clock(); ok {
-		eff = min(ts, now)
-	}
-	if e.wm.Observe(eff) {
+	if e.wm.Observe(ts) {
 		e.stepped(c, seq)
 	}
 	if t != nil && ts > e.wm.MaxTS() {

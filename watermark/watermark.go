@@ -5,8 +5,8 @@
 // The watermark is wm = max_ts - tolerated_delay (Flink's bounded
 // out-of-orderness watermark + 1 ms), max_ts being the largest effective
 // timestamp: min(timestamp_ms, arrival) once there is a processing clock,
-// which the caller passes to Observe, so that wm <= clock - tolerated_delay
-// always holds however fast a phone's clock runs. When no message has arrived for
+// so that wm <= clock - tolerated_delay always holds however fast a phone's
+// clock runs. When no message has arrived for
 // idle_timeout of processing time, event time is taken to advance with the
 // processing clock from the newest event seen, so a fleet that goes silent
 // still gets its no-signal warnings.
@@ -75,10 +75,14 @@ func (w *Watermark) Received() {
 	}
 }
 
-// Observe applies a valid, non-duplicate position's effective timestamp
-// (contract §3: min(timestamp_ms, arrival) when there is a clock) and
-// reports whether the watermark advanced.
+// Observe applies a valid, non-duplicate position's timestamp, arrived at
+// the clock, and reports whether the watermark advanced. The position
+// counts at its effective timestamp, min(ts, clock) when there is a clock
+// (contract §3): nothing arrives before it happens.
 func (w *Watermark) Observe(ts int64) bool {
+	if w.hasClock {
+		ts = min(ts, w.clock)
+	}
 	if ts <= w.maxTS {
 		return false
 	}
