@@ -110,7 +110,7 @@ var (
 	dLate       = desc("positions_late_total", "Positions late for an operator (distance or session).", "operator")
 	dMissed     = desc("window_memberships_missed_total", "Distance windows a position that was not late could not join because they had already fired.")
 	dResults    = desc("results_total", "Records emitted, by type (rejected included).", "type")
-	dCouriers   = desc("couriers", "Couriers with window or session state.")
+	dCouriers   = desc("couriers", "Couriers tracked (at most limits.max_couriers).")
 	dWatermark  = desc("watermark_ms", "Event-time watermark, ms since the Unix epoch; absent before the first position.")
 	dLag        = desc("watermark_lag_seconds", "Wall clock minus watermark, seconds; absent before the first position.")
 	dQueue      = desc("ingest_queue_depth", "Received messages waiting for the engine.")
