@@ -57,8 +57,8 @@ type Config struct {
 	// Default 4096.
 	ChunkSize int
 	// OnPosition, when set, is called from the sequencer with every valid
-	// position (duplicates and late ones included: their status is decided
-	// later, by the shards). courier is only valid during the call. The
+	// position that is not refused as courier_limit (duplicates and late
+	// ones included: their status is decided later, by the shards). courier is only valid during the call. The
 	// live service uses it for the courier key-value bucket; it must be
 	// cheap and must not block.
 	OnPosition func(courier []byte, ts int64, lat, lon float64)
