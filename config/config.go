@@ -27,6 +27,7 @@ type Config struct {
 	Geo      Geo
 	State    State
 	HTTP     HTTP
+	Limits   Limits
 }
 
 // MQTT is where positions come from (yaml key mqtt).
@@ -103,9 +104,11 @@ type Windows struct {
 	// MaxFutureSkew is how far ahead of the processing clock a timestamp
 	// may be before it is rejected (yaml max_future_skew). Default 1m; >= 0.
 	MaxFutureSkew time.Duration
-	// RestoreTTL is how long a closed session's marker is kept so that a
-	// returning courier gets signal_restored (yaml restore_ttl).
-	// Default 24h; > 0.
+	// RestoreTTL is how long, in event time past its latest position, a
+	// courier is tracked (yaml restore_ttl): until then a returning courier
+	// gets signal_restored and continues its distance; after it, it is
+	// forgotten (contract §3, Tracking and forgetting). Default 24h; at
+	// least max(Size, Gap), so that a forgotten courier has nothing open.
 	RestoreTTL time.Duration
 }
 
@@ -182,6 +185,15 @@ type HTTP struct {
 	Listen string
 }
 
+// Limits bounds what input can make the service hold (yaml key limits).
+type Limits struct {
+	// MaxCouriers is how many couriers one market tracks at most (yaml
+	// max_couriers); a position of a further courier takes the place of
+	// the most idle tracked one or is rejected as courier_limit (contract
+	// §3, Courier limit). Default 200000; > 0.
+	MaxCouriers int
+}
+
 // Default returns the configuration with every default of contract §6 set
 // and Market empty. The market-derived values (mqtt.topic, mqtt.client_id,
 // nats.stream, state.dir) are left empty: Parse fills them once the market
@@ -211,6 +223,7 @@ func Default() Config {
 		Geo:      Geo{H3Resolution: 9},
 		State:    State{CheckpointInterval: 10 * time.Second, WALSync: "batch", WALBatchInterval: 2 * time.Millisecond, WALBatchMax: 1024},
 		HTTP:     HTTP{Listen: "127.0.0.1:9464"},
+		Limits:   Limits{MaxCouriers: 200_000},
 	}
 }
 

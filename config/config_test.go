@@ -50,6 +50,7 @@ func contractGirona() Config {
 		Geo:      Geo{H3Resolution: 9},
 		State:    State{Dir: "./state/girona", CheckpointInterval: 10 * time.Second, WALSync: "batch", WALBatchInterval: 2 * time.Millisecond, WALBatchMax: 1024},
 		HTTP:     HTTP{Listen: "127.0.0.1:9464"},
+		Limits:   Limits{MaxCouriers: 200_000},
 	}
 }
 
@@ -129,6 +130,7 @@ func TestLoad_Testdata(t *testing.T) {
 		Geo:      Geo{H3Resolution: 8},
 		State:    State{Dir: "./state/valencia", CheckpointInterval: 30 * time.Second, WALSync: "always", WALBatchInterval: 2 * time.Millisecond, WALBatchMax: 1024},
 		HTTP:     HTTP{Listen: "127.0.0.1:9465"},
+		Limits:   Limits{MaxCouriers: 200_000},
 	}
 	for _, tt := range []struct {
 		file string

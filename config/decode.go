@@ -108,6 +108,9 @@ func (d *decoder) decode(r io.Reader, c *Config) {
 		{"http", d.section([]field{
 			{"listen", d.str(&c.HTTP.Listen)},
 		})},
+		{"limits", d.section([]field{
+			{"max_couriers", d.int(&c.Limits.MaxCouriers)},
+		})},
 	})
 }
 

@@ -30,7 +30,7 @@
 //	  allowed_lateness: 0s          # reserved: only 0s is accepted now
 //	  idle_timeout: 30s             # >= 0; 0 = never advance the watermark on idleness
 //	  max_future_skew: 1m           # >= 0; timestamps further ahead are rejected
-//	  restore_ttl: 24h              # > 0; how long a closed session waits for signal_restored
+//	  restore_ttl: 24h              # >= max(size, gap); a courier silent this long (event time) is forgotten
 //	distance:                       # contract §5; each finite and >= 0, 0 = filter off
 //	  min_move_m: 10                # shorter moves (or below reported accuracy) are jitter
 //	  max_speed_kmh: 150            # faster segments are outlier jumps
@@ -45,6 +45,8 @@
 //	  wal_batch_max: 1024           # ...or as soon as this many entries wait
 //	http:
 //	  listen: 127.0.0.1:9464        # host:port with a numeric port
+//	limits:
+//	  max_couriers: 200000          # > 0; couriers tracked at most; beyond: courier_limit
 //
 // Secrets never come from the file: password_env and creds_env name
 // environment variables, read only when MQTT.Password or NATS.Creds is

@@ -66,6 +66,9 @@ func (c Config) validate() []*FieldError {
 		v.add("state.wal_batch_max", strconv.Itoa(c.State.WALBatchMax), ErrNotPositive, "must be positive")
 	}
 	v.listen("http.listen", c.HTTP.Listen)
+	if c.Limits.MaxCouriers <= 0 {
+		v.add("limits.max_couriers", strconv.Itoa(c.Limits.MaxCouriers), ErrNotPositive, "must be positive")
+	}
 	return v.errs
 }
 
@@ -152,7 +155,11 @@ func (w Windows) validate(v *validator) {
 	}
 	v.millis("windows.idle_timeout", w.IdleTimeout, false)
 	v.millis("windows.max_future_skew", w.MaxFutureSkew, false)
-	v.millis("windows.restore_ttl", w.RestoreTTL, true)
+	if v.millis("windows.restore_ttl", w.RestoreTTL, true) && w.RestoreTTL < max(w.Size, w.Gap) {
+		// A courier forgotten with a window or session open would lose it.
+		v.add("windows.restore_ttl", w.RestoreTTL.String(), ErrOutOfRange,
+			fmt.Sprintf("must be at least max(windows.size, windows.gap) (%s)", max(w.Size, w.Gap)))
+	}
 }
 
 func (d Distance) validate(v *validator) {

@@ -71,6 +71,13 @@ func TestValidate_Rules(t *testing.T) {
 		{"idle_timeout sub-millisecond", m + "windows:\n  idle_timeout: 10us\n", "windows.idle_timeout", ErrInvalid},
 		{"max_future_skew sub-millisecond", m + "windows:\n  max_future_skew: 1000001us\n", "windows.max_future_skew", ErrInvalid},
 		{"restore_ttl sub-millisecond", m + "windows:\n  restore_ttl: 1h1ns\n", "windows.restore_ttl", ErrInvalid},
+		{"restore_ttl 1 ms below size", m + "windows:\n  restore_ttl: 299999ms\n", "windows.restore_ttl", ErrOutOfRange},
+		{"restore_ttl 1 ms below gap", m + "windows:\n  size: 1m\n  gap: 10m\n  restore_ttl: 599999ms\n", "windows.restore_ttl", ErrOutOfRange},
+
+		// limits
+		{"max_couriers zero", m + "limits:\n  max_couriers: 0\n", "limits.max_couriers", ErrNotPositive},
+		{"max_couriers negative", m + "limits:\n  max_couriers: -1\n", "limits.max_couriers", ErrNotPositive},
+		{"max_couriers fraction", m + "limits:\n  max_couriers: 1.5\n", "limits.max_couriers", ErrWrongType},
 
 		// distance
 		{"min_move_m negative", m + "distance:\n  min_move_m: -1\n", "distance.min_move_m", ErrNegative},
@@ -159,6 +166,9 @@ func TestValidate_Accepts(t *testing.T) {
 		{"max windows per position", m + "windows:\n  size: 10s\n  slide: 1ms\n"},
 		{"distance all off", m + "distance:\n  min_move_m: 0\n  max_speed_kmh: 0\n  stopped_below_m: 0\n"},
 		{"distance floats", m + "distance:\n  min_move_m: 7.5\n  max_speed_kmh: 1e2\n"},
+		{"restore_ttl exactly size", m + "windows:\n  restore_ttl: 5m\n"},
+		{"restore_ttl exactly gap", m + "windows:\n  size: 1m\n  gap: 10m\n  restore_ttl: 10m\n"},
+		{"max_couriers 1", m + "limits:\n  max_couriers: 1\n"},
 		{"h3 bounds low", m + "geo:\n  h3_resolution: 0\n"},
 		{"h3 bounds high", m + "geo:\n  h3_resolution: 15\n"},
 		{"mqtt embedded", m + "mqtt:\n  url: embedded\n"},

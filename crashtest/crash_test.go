@@ -45,7 +45,6 @@ import (
 	"github.com/km0/edgeproc/engine"
 	"github.com/km0/edgeproc/internal/testenv"
 	"github.com/km0/edgeproc/result"
-	"github.com/km0/edgeproc/service"
 )
 
 const (
@@ -222,7 +221,7 @@ type rec struct {
 // end_of_input removed, and the (reason, raw) pairs of rejected inputs.
 func expected(tb testing.TB, cfg config.Config, msgs []testenv.Message) (map[string]string, map[string]bool) {
 	tb.Helper()
-	ecfg := service.EngineConfig(cfg)
+	ecfg := engine.ConfigFrom(cfg)
 	ecfg.Topic = cfg.MQTT.Topic
 	byKey, rejected := map[string]string{}, map[string]bool{}
 	var buf []byte
@@ -236,7 +235,7 @@ func expected(tb testing.TB, cfg config.Config, msgs []testenv.Message) (map[str
 	for i, m := range msgs {
 		eng.Push(&engine.Input{Payload: m.Payload, Topic: m.Topic, Line: int64(i + 1)})
 	}
-	eng.Close()
+	eng.EndOfInput()
 	return byKey, rejected
 }
 

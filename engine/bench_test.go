@@ -71,7 +71,7 @@ func BenchmarkEngine(b *testing.B) {
 				for _, m := range rec.msgs {
 					e.Push(&Input{Payload: rec.bytes[m.off:m.end], Arrival: m.arrival, HasArrival: true})
 				}
-				e.Close()
+				e.EndOfInput()
 				n += len(rec.msgs)
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/position")
@@ -109,7 +109,7 @@ func BenchmarkStatePerCourier(b *testing.B) {
 		runtime.GC()
 		runtime.ReadMemStats(&after)
 		active := e.Stats().Couriers
-		e.Close()
+		e.EndOfInput()
 		var closed runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&closed)

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/km0/edgeproc/internal/wire"
+	"github.com/km0/edgeproc/position"
 	"github.com/km0/edgeproc/watermark"
 )
 
@@ -238,13 +239,20 @@ func Restore(cfg Config, sink Sink, snapshot []byte) (*Engine, uint64, error) {
 				e.Stop()
 				return nil, 0, fmt.Errorf("%w: courier %q: %v", ErrSnapshotCorrupt, c.name, err)
 			}
-			s := e.shards[shardOf([]byte(c.name), len(e.shards))]
+			// Event times beyond the contract's range would leave int64 at a
+			// window end: such state was not written by an engine.
+			if c.latest <= 0 || c.latest > position.MaxTimestamp || c.dist.After(c.latest, nil) != nil {
+				e.Stop()
+				return nil, 0, fmt.Errorf("%w: courier %q: timestamps out of range", ErrSnapshotCorrupt, c.name)
+			}
+			s := e.shards[shardOf(c.name, len(e.shards))]
 			if _, dup := s.couriers[c.name]; dup || r.Err() != nil {
 				e.Stop()
 				return nil, 0, fmt.Errorf("%w: courier %q twice", ErrSnapshotCorrupt, c.name)
 			}
 			s.couriers[c.name] = c
 			s.schedule(c)
+			e.track.add(c.name, c.latest).ahead = c.dist.After(w.MaxTS, nil)
 		}
 	}
 	if err := r.Err(); err != nil {

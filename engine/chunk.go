@@ -6,15 +6,17 @@ import (
 	"github.com/km0/edgeproc/result"
 )
 
-// event is a valid position on its way to its shard.
+// event is a valid position on its way to its shard, or the sequencer's
+// decision to forget a courier.
 type event struct {
-	seq           int64 // 2*input index + 1
+	seq           int64 // 2*input index + 1 (2*input index for an idle step)
 	ts            int64
 	lat, lon, acc float64
-	wm            int64 // the watermark before this position
+	wm            int64 // the watermark before this position (forget: at the decision)
 	clock         int64 // processing clock at its arrival
 	off           uint32
 	n             uint8 // courier id: chunk.names[off:off+n]
+	forget        bool  // drop the courier: it is no longer tracked
 }
 
 // step is one advance of the watermark: to wm, at input seq (2i+1 for the

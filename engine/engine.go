@@ -5,8 +5,8 @@
 //
 // Data flows one way, in chunks of inputs:
 //
-//	Push → sequencer (decode, reject, watermark) → shard queues → shards
-//	     (windows, sessions, timers) → merger (order) → sink
+//	Push → sequencer (decode, reject, tracking, watermark) → shard queues
+//	     → shards (windows, sessions, timers) → merger (order) → sink
 //
 // The sequencer records every watermark step of a chunk with the input that
 // caused it and the processing clock at that moment. A shard applies its
@@ -14,7 +14,9 @@
 // timers lazily, stamping each firing with the step at which the watermark
 // first reached it. Results therefore do not depend on the shard count or
 // on goroutine scheduling: a run is a function of its inputs and their
-// arrival times (contract §3, "live = replay").
+// arrival times (contract §3, "live = replay"). For the same reason the
+// sequencer decides which couriers are tracked (the courier limit, and
+// forgetting after restore_ttl) and tells their shards in sequence.
 package engine
 
 import (
@@ -33,12 +35,19 @@ import (
 // Config is what the engine needs of a market's configuration. Durations
 // are milliseconds.
 type Config struct {
-	Market                                 string
-	Size, Slide, Gap, ToleratedDelay       int64
-	IdleTimeout, MaxFutureSkew, RestoreTTL int64
-	Filter                                 geo.Filter
-	StoppedBelowM                          float64
-	H3Resolution                           int
+	Market                           string
+	Size, Slide, Gap, ToleratedDelay int64
+	IdleTimeout, MaxFutureSkew       int64
+	// RestoreTTL is how long (event time) a courier stays tracked after its
+	// latest position. At least max(Size, Gap): a smaller value is raised
+	// to that, as config.Validate requires.
+	RestoreTTL int64
+	// MaxCouriers is how many couriers are tracked at most (contract §3,
+	// Courier limit). Default (<= 0) 200000.
+	MaxCouriers   int
+	Filter        geo.Filter
+	StoppedBelowM float64
+	H3Resolution  int
 	// Topic is the MQTT subscription filter whose '+' level must equal the
 	// payload's courier; empty in a replay.
 	Topic string
@@ -48,11 +57,15 @@ type Config struct {
 	// Default 4096.
 	ChunkSize int
 	// OnPosition, when set, is called from the sequencer with every valid
-	// position (duplicates and late ones included: their status is decided
-	// later, by the shards). courier is only valid during the call. The
+	// position that is not refused as courier_limit (duplicates and late
+	// ones included: their status is decided later, by the shards). courier is only valid during the call. The
 	// live service uses it for the courier key-value bucket; it must be
 	// cheap and must not block.
 	OnPosition func(courier []byte, ts int64, lat, lon float64)
+	// OnForget, when set, is called from the sequencer with every courier
+	// that stops being tracked: forgotten after RestoreTTL, or evicted to
+	// make room at MaxCouriers. Like OnPosition, it must not block.
+	OnForget func(courier string)
 }
 
 // Input is one arrived message.
@@ -72,13 +85,19 @@ type Input struct {
 // goroutine. The slice is reused after Sink returns.
 type Sink func([]result.Record)
 
-// Engine processes one market. Push, Tick, Flush and Close must be called
-// from one goroutine.
+// Engine processes one market. Push, Tick, Flush, Sync, Checkpoint,
+// EndOfInput and Stop must be called from one goroutine.
+//
+// An engine ends in one of two ways, and only once: EndOfInput when the
+// input is over (a replay: everything open fires), or Stop when processing
+// stops but the input does not (a live shutdown: everything open stays
+// open, to be restored from a checkpoint). Calls after the first are no-ops.
 type Engine struct {
 	cfg    Config
 	params *params
 	dec    position.Decoder
 	wm     *watermark.Watermark
+	track  *tracker
 	items  int64 // inputs pushed so far
 
 	shards []*shard
@@ -90,6 +109,7 @@ type Engine struct {
 
 	received atomic.Int64
 	accepted atomic.Int64
+	evicted  atomic.Int64
 	rejected [len(position.Reasons) + 1]atomic.Int64
 }
 
@@ -98,13 +118,15 @@ type params struct {
 	market  string
 	spec    window.Spec
 	gap     int64
-	ttl     int64
 	filter  geo.Filter
 	stopped float64
 	res     int
 }
 
 const inFlight = 4 // chunks between the sequencer and the merger
+
+// DefaultMaxCouriers is Config.MaxCouriers's default, the contract's.
+const DefaultMaxCouriers = 200_000
 
 // New starts an engine whose results go to sink.
 func New(cfg Config, sink Sink) *Engine {
@@ -114,13 +136,18 @@ func New(cfg Config, sink Sink) *Engine {
 	if cfg.ChunkSize <= 0 {
 		cfg.ChunkSize = 4096
 	}
+	if cfg.MaxCouriers <= 0 {
+		cfg.MaxCouriers = DefaultMaxCouriers
+	}
+	idle := max(cfg.Size, cfg.Gap)
 	e := &Engine{
 		cfg: cfg,
 		params: &params{
 			market: cfg.Market, spec: window.NewSpec(cfg.Size, cfg.Slide), gap: cfg.Gap,
-			ttl: cfg.RestoreTTL, filter: cfg.Filter, stopped: cfg.StoppedBelowM, res: cfg.H3Resolution,
+			filter: cfg.Filter, stopped: cfg.StoppedBelowM, res: cfg.H3Resolution,
 		},
 		wm:    watermark.New(cfg.ToleratedDelay, cfg.IdleTimeout, cfg.MaxFutureSkew),
+		track: newTracker(cfg.MaxCouriers, max(cfg.RestoreTTL, idle), idle),
 		free:  make(chan *chunk, inFlight),
 		merge: make(chan *chunk, inFlight),
 	}
@@ -138,8 +165,9 @@ func New(cfg Config, sink Sink) *Engine {
 	return e
 }
 
-// Push processes one input: it is decoded and validated, moves the
-// watermark, and is routed to its courier's shard.
+// Push processes one input: it is decoded and validated, makes room for a
+// new courier or is refused (courier_limit), moves the watermark, and is
+// routed to its courier's shard.
 func (e *Engine) Push(in *Input) {
 	c := e.chunk()
 	seq := 2*e.items + 1
@@ -162,6 +190,18 @@ func (e *Engine) Push(in *Input) {
 	}
 	e.wm.Received()
 	now, _ := e.wm.Clock()
+	var t *tracked
+	if reason == position.OK {
+		if t = e.track.byName[string(p.Courier)]; t == nil && e.track.full() {
+			// Make room: the most idle courier goes if nothing of it is open.
+			if old := e.track.expired(e.wm.Current(), e.track.idle); old != nil {
+				e.evicted.Add(1)
+				e.forget(c, seq)
+			} else {
+				reason = position.CourierLimit
+			}
+		}
+	}
 	if reason != position.OK {
 		e.rejected[reason].Add(1)
 		c.recs = append(c.recs, result.Record{
@@ -169,18 +209,25 @@ func (e *Engine) Push(in *Input) {
 			Order:  result.Order{Seq: seq},
 			Reason: reason.String(), Raw: append([]byte(nil), result.TruncateRaw(in.Payload)...), Line: in.Line,
 		})
+		if reason == position.CourierLimit {
+			// Its timestamp still tells the time: a full table of silent
+			// couriers must not freeze event time (contract §3).
+			e.observe(c, seq, nil, p.TS)
+		}
 	} else {
 		e.accepted.Add(1)
-		before := e.wm.Current()
-		if e.wm.Observe(p.TS) {
-			c.steps = append(c.steps, step{seq: seq, wm: e.wm.Current(), clock: now})
+		if t == nil {
+			t = e.track.add(string(p.Courier), p.TS)
+		} else {
+			t.latest = max(t.latest, p.TS)
 		}
 		sh := shardOf(p.Courier, len(e.shards))
 		c.events[sh] = append(c.events[sh], event{
 			seq: seq, ts: p.TS, lat: p.Lat, lon: p.Lon, acc: max(p.Accuracy, 0),
-			wm: before, clock: now, off: uint32(len(c.names)), n: uint8(len(p.Courier)),
+			wm: e.wm.Current(), clock: now, off: uint32(len(c.names)), n: uint8(len(p.Courier)),
 		})
 		c.names = append(c.names, p.Courier...)
+		e.observe(c, seq, t, p.TS)
 		if e.cfg.OnPosition != nil {
 			e.cfg.OnPosition(p.Courier, p.TS, p.Lat, p.Lon)
 		}
@@ -190,10 +237,55 @@ func (e *Engine) Push(in *Input) {
 	}
 }
 
+// observe applies a position's timestamp to the watermark (which counts it
+// at its effective timestamp, min(ts, arrival)), unless it is a duplicate. t is its tracked courier, nil for a refused position.
+//
+// Duplicates are decided by the shards, but only a duplicate above max_ts
+// could move the watermark, and such a copy's original is one of t.ahead.
+func (e *Engine) observe(c *chunk, seq int64, t *tracked, ts int64) {
+	maxTS := e.wm.MaxTS()
+	dup := t != nil && t.ahead != nil && t.isAhead(ts, maxTS)
+	if ts <= maxTS || dup {
+		return
+	}
+	if e.wm.Observe(ts) {
+		e.stepped(c, seq)
+	}
+	if t != nil && ts > e.wm.MaxTS() {
+		t.ahead = append(t.ahead, ts)
+	}
+}
+
+// stepped records a watermark step at input seq and forgets every courier
+// it makes forgettable.
+func (e *Engine) stepped(c *chunk, seq int64) {
+	wm := e.wm.Current()
+	now, _ := e.wm.Clock()
+	c.steps = append(c.steps, step{seq: seq, wm: wm, clock: now})
+	for e.track.expired(wm, e.track.ttl) != nil {
+		e.forget(c, seq)
+	}
+}
+
+// forget stops tracking the tracker's top courier and tells its shard to
+// drop it, in sequence with its positions.
+func (e *Engine) forget(c *chunk, seq int64) {
+	t := e.track.top()
+	e.track.removeTop()
+	if e.cfg.OnForget != nil {
+		e.cfg.OnForget(t.name)
+	}
+	sh := shardOf([]byte(t.name), len(e.shards))
+	c.events[sh] = append(c.events[sh], event{
+		seq: seq, wm: e.wm.Current(), forget: true, off: uint32(len(c.names)), n: uint8(len(t.name)),
+	})
+	c.names = append(c.names, t.name...)
+}
+
 // clock moves the processing clock to now, applying the idle rule first.
 func (e *Engine) clock(c *chunk, seq, now int64) {
 	if e.wm.Idle(now) {
-		c.steps = append(c.steps, step{seq: seq, wm: e.wm.Current(), clock: now})
+		e.stepped(c, seq)
 	}
 }
 
@@ -211,10 +303,10 @@ func (e *Engine) Listen(now int64) { e.wm.Listen(now) }
 
 // TickDue reports whether a Tick at processing time now would move the
 // watermark to or past the earliest timer of any shard (a window to fire,
-// a session to close, a courier to forget), so that a silent market logs
-// and applies ticks only when one changes something. The shards' timers
-// are read as of their last chunk: a timer still in flight is seen one
-// call later.
+// a session to close) or the time the most idle courier is forgotten, so
+// that a silent market logs and applies ticks only when one changes
+// something. The shards' timers are read as of their last chunk: a timer
+// still in flight is seen one call later.
 func (e *Engine) TickDue(now int64) bool {
 	v, ok := e.wm.IdleAt(now)
 	if !ok || v <= e.wm.Current() {
@@ -223,6 +315,9 @@ func (e *Engine) TickDue(now int64) bool {
 	next := int64(tmath.Forever)
 	for _, s := range e.shards {
 		next = min(next, s.next.Load())
+	}
+	if t := e.track.top(); t != nil {
+		next = min(next, tmath.Add(t.latest, e.track.ttl))
 	}
 	return v >= next
 }
@@ -247,10 +342,13 @@ func (e *Engine) Sync() {
 	}
 }
 
-// Close ends the input: the watermark goes to +∞, everything open fires
-// (contract §3, end of a replay), and Close returns once the sink has
-// received every result.
-func (e *Engine) Close() {
+// EndOfInput ends the input: the watermark goes to +∞, everything open
+// fires (contract §3, end of a replay), and EndOfInput returns once the
+// sink has received every result. The engine is then stopped.
+func (e *Engine) EndOfInput() {
+	if e.closed {
+		return
+	}
 	c := e.take() // shards first catch up with the inputs, then flush
 	e.wm.End()
 	now, _ := e.wm.Clock()
@@ -261,8 +359,9 @@ func (e *Engine) Close() {
 }
 
 // Stop hands over what is pending and waits for the sink to receive it,
-// without ending the input: open windows and sessions stay open. It is the
-// shutdown of a live service, whose input goes on after a restart.
+// without ending the input: open windows and sessions stay open and
+// nothing fires for them. It is the shutdown of a live service, whose input
+// goes on after a restart.
 func (e *Engine) Stop() {
 	if e.closed {
 		return
@@ -325,10 +424,10 @@ func (e *Engine) runMerger(sink Sink) {
 
 // shardOf maps a courier to a shard. Any stable hash does: results do not
 // depend on the assignment.
-func shardOf(courier []byte, n int) int {
+func shardOf[T string | []byte](courier T, n int) int {
 	h := uint32(2166136261) // FNV-1a
-	for _, b := range courier {
-		h = (h ^ uint32(b)) * 16777619
+	for i := 0; i < len(courier); i++ {
+		h = (h ^ uint32(courier[i])) * 16777619
 	}
 	return int(h % uint32(n))
 }
@@ -340,9 +439,16 @@ type Stats struct {
 	Duplicates         int64
 	LateDistance       int64
 	LateSession        int64
-	Results            map[string]int64 // by type, rejected included
-	Couriers           int64            // couriers with state
-	Watermark          int64
+	// MissedMemberships counts window memberships lost to the watermark:
+	// for each position not late for distance, its windows that had
+	// already fired (contract §3: a window with end <= wm is never joined).
+	MissedMemberships int64
+	Results           map[string]int64 // by type, rejected included
+	Couriers          int64            // tracked couriers (with state in a shard)
+	// Evicted counts couriers forgotten to make room for a new one at
+	// MaxCouriers (those refused are Rejected["courier_limit"]).
+	Evicted   int64
+	Watermark int64
 	// InFlight is how many chunks of inputs are between the sequencer and
 	// the sink, out of InFlightMax: at the maximum, Push blocks.
 	InFlight, InFlightMax int
@@ -351,7 +457,7 @@ type Stats struct {
 // Stats returns the counters. It is safe to call from any goroutine.
 func (e *Engine) Stats() Stats {
 	st := Stats{
-		Received: e.received.Load(), Accepted: e.accepted.Load(),
+		Received: e.received.Load(), Accepted: e.accepted.Load(), Evicted: e.evicted.Load(),
 		Rejected: map[string]int64{}, Results: map[string]int64{},
 	}
 	for _, r := range position.Reasons {
@@ -362,6 +468,7 @@ func (e *Engine) Stats() Stats {
 		st.Duplicates += s.stats.duplicates.Load()
 		st.LateDistance += s.stats.lateDistance.Load()
 		st.LateSession += s.stats.lateSession.Load()
+		st.MissedMemberships += s.stats.missed.Load()
 		st.Couriers += s.stats.couriers.Load()
 		for _, t := range result.Types[:result.Rejected] {
 			st.Results[t.String()] += s.stats.results[t].Load()

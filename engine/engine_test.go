@@ -58,6 +58,45 @@ func TestEngine_StopKeepsWindowsOpen(t *testing.T) {
 	}
 }
 
+func TestEngine_OnForget(t *testing.T) {
+	var forgotten []string
+	cfg := liveConfig()
+	cfg.MaxCouriers, cfg.RestoreTTL, cfg.IdleTimeout = 2, 120_000, 0
+	cfg.OnForget = func(c string) { forgotten = append(forgotten, c) }
+	e := New(cfg, func([]result.Record) {})
+	e.Push(input("a", t0, t0))
+	e.Push(input("b", t0+70_000, t0+70_000))   // wm t0+60s = a's latest + max(size, gap)
+	e.Push(input("c", t0+70_000, t0+70_000))   // full: a evicted
+	e.Push(input("d", t0+200_000, t0+200_000)) // full, nobody idle: refused; wm t0+190s forgets b and c
+	e.EndOfInput()
+	if fmt.Sprint(forgotten) != "[a b c]" {
+		t.Fatalf("forgotten %v, want [a b c]", forgotten)
+	}
+	if st := e.Stats(); st.Evicted != 1 || st.Rejected["courier_limit"] != 1 || st.Couriers != 0 {
+		t.Fatalf("got %+v, want 1 evicted, 1 courier_limit, no courier left", st)
+	}
+}
+
+func TestEngine_EndsOnce(t *testing.T) {
+	var c collector
+	e := New(liveConfig(), c.sink)
+	e.Push(input("a", t0, t0))
+	e.Stop()
+	e.EndOfInput() // after Stop: nothing more happens, no panic
+	e.Stop()
+	if len(c.recs) != 0 {
+		t.Fatalf("got %d records, want none: the engine had stopped before EndOfInput", len(c.recs))
+	}
+	e = New(liveConfig(), c.sink)
+	e.Push(input("a", t0, t0))
+	e.EndOfInput()
+	e.EndOfInput()
+	e.Stop()
+	if n := len(c.ofType(result.NoSignal)); n != 1 {
+		t.Fatalf("got %d no_signal, want 1 from the single end of input", n)
+	}
+}
+
 func TestEngine_TickAdvancesIdleWatermark(t *testing.T) {
 	var c collector
 	e := New(liveConfig(), c.sink)

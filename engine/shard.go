@@ -16,7 +16,7 @@ type courier struct {
 	name   string
 	dist   window.Distance
 	sess   sessions.State
-	latest int64  // largest timestamp accepted by either operator
+	latest int64  // largest timestamp of its valid positions (the tracker's, for checkpoints)
 	timer  int64  // when its live timer entry fires
 	timed  bool   // it has a live timer entry
 	gone   bool   // forgotten: its heap entries are stale
@@ -65,8 +65,8 @@ type shard struct {
 	next atomic.Int64
 
 	stats struct {
-		duplicates, lateDistance, lateSession, couriers, watermark atomic.Int64
-		results                                                    [result.Rejected]atomic.Int64
+		duplicates, lateDistance, lateSession, missed, couriers, watermark atomic.Int64
+		results                                                            [result.Rejected]atomic.Int64
 	}
 }
 
@@ -126,41 +126,47 @@ func (s *shard) run() {
 	}
 }
 
-// apply processes one position with the watermark that preceded it.
+// apply processes one event with the watermark that preceded it.
 func (s *shard) apply(ev *event) {
 	s.advance(ev.wm)
 	p := s.p
 	name := s.c.names[ev.off : ev.off+uint32(ev.n)]
 	c := s.couriers[string(name)]
-	lateD := p.spec.Late(ev.ts, ev.wm)
-	if c != nil {
-		s.save(c)
-		s.firing = c
-		c.dist.Advance(p.spec, ev.wm, s.onWindow) // nothing is due: it only forgets
-		if !lateD && c.dist.Has(ev.ts) {
-			s.stats.duplicates.Add(1)
-			return
+	if ev.forget {
+		// Nothing of it is open (the sequencer forgets a courier only at
+		// latest + max(size, gap) or later): its LAG predecessor and any
+		// pending signal_restored go with it.
+		if c != nil {
+			s.save(c)
+			c.gone = true
+			delete(s.couriers, c.name)
 		}
-	}
-	var lateS bool
-	if c != nil {
-		lateS = c.sess.Late(ev.ts, ev.wm, p.gap)
-	} else {
-		lateS = ev.wm >= tmath.Add(ev.ts, p.gap)
-	}
-	if lateD && lateS {
-		s.late(string(name), ev, result.OpDistance)
-		s.late(string(name), ev, result.OpSession)
 		return
 	}
 	if c == nil {
-		c = &courier{name: string(name), latest: tmath.Never, epoch: s.epoch}
+		c = &courier{name: string(name), latest: ev.ts, epoch: s.epoch}
 		c.dist.Start(ev.wm)
 		s.couriers[c.name] = c
+	} else {
+		s.save(c)
+		c.latest = max(c.latest, ev.ts)
 	}
+	s.firing = c
+	c.dist.Advance(p.spec, ev.wm, s.onWindow) // nothing is due: it only forgets
+	lateD := p.spec.Late(ev.ts, ev.wm)
+	if !lateD && c.dist.Has(ev.ts) {
+		s.stats.duplicates.Add(1)
+		return
+	}
+	lateS := c.sess.Late(ev.ts, ev.wm, p.gap)
 	if lateD {
 		s.late(c.name, ev, result.OpDistance)
 	} else {
+		if ev.wm > ev.ts { // else no window holding ts has ended
+			if n := p.spec.Missed(ev.ts, ev.wm); n > 0 {
+				s.stats.missed.Add(n)
+			}
+		}
 		c.dist.Insert(p.spec, p.filter, geo.Fix{TS: ev.ts, Lat: ev.lat, Lon: ev.lon, Acc: ev.acc})
 	}
 	if lateS {
@@ -172,7 +178,6 @@ func (s *shard) apply(ev *event) {
 			SilentFrom: r.SilentFrom, RestoredAt: r.RestoredAt,
 		})
 	}
-	c.latest = max(c.latest, ev.ts)
 	s.schedule(c)
 }
 
@@ -219,13 +224,6 @@ func (s *shard) fire(c *courier, wm int64) {
 	s.firing = c
 	c.dist.Advance(p.spec, wm, s.onWindow)
 	c.sess.Close(wm, p.gap, s.c.endOfInput && wm == tmath.Forever, s.onSession)
-	if c.dist.Idle() && !c.sess.Open() && wm >= tmath.Add(c.latest, p.ttl) {
-		// Nothing more can come of this courier: forget it, its LAG
-		// predecessor and any pending signal_restored with it.
-		c.gone = true
-		delete(s.couriers, c.name)
-		return
-	}
 	s.schedule(c)
 }
 
@@ -260,8 +258,8 @@ func (s *shard) schedule(c *courier) {
 	if t, has := c.sess.NextClose(s.p.gap); has && (!ok || t < next) {
 		next, ok = t, true
 	}
-	if !ok { // idle: wake up to forget it
-		next = tmath.Add(c.latest, s.p.ttl)
+	if !ok { // nothing open: the sequencer decides when it is forgotten
+		return
 	}
 	if c.timed && c.timer <= next {
 		return

@@ -108,8 +108,9 @@ var (
 	dRejected   = desc("positions_rejected_total", "Rejected inputs, by contract reason.", "reason")
 	dDuplicates = desc("positions_duplicate_total", "Exact duplicate positions ignored (QoS 1 redelivery).")
 	dLate       = desc("positions_late_total", "Positions late for an operator (distance or session).", "operator")
+	dMissed     = desc("window_memberships_missed_total", "Distance windows a position that was not late could not join because they had already fired.")
 	dResults    = desc("results_total", "Records emitted, by type (rejected included).", "type")
-	dCouriers   = desc("couriers", "Couriers with window or session state.")
+	dCouriers   = desc("couriers", "Couriers tracked (at most limits.max_couriers).")
 	dWatermark  = desc("watermark_ms", "Event-time watermark, ms since the Unix epoch; absent before the first position.")
 	dLag        = desc("watermark_lag_seconds", "Wall clock minus watermark, seconds; absent before the first position.")
 	dQueue      = desc("ingest_queue_depth", "Received messages waiting for the engine.")
@@ -149,7 +150,7 @@ var (
 )
 
 var allDescs = []*prometheus.Desc{
-	dReceived, dAccepted, dRejected, dDuplicates, dLate, dResults, dCouriers, dWatermark, dLag, dQueue, dQueueCap, dInFlight, dInFlightMx,
+	dReceived, dAccepted, dRejected, dDuplicates, dLate, dMissed, dResults, dCouriers, dWatermark, dLag, dQueue, dQueueCap, dInFlight, dInFlightMx,
 	dPublished, dAcked, dBDup, dBErrors, dBRetries, dPending, dKVWrites, dKVErrors, dKVRefused, dNATSUp, dStreamUp,
 	dMQTTUp, dMQTTRecv, dMQTTRedel, dMQTTOut, dMQTTReconn, dMQTTLost,
 	dCkptAge, dCkptDur, dCkptBytes, dCkpts, dCkptFail, dCkptSkip, dWALBytes, dWALRepairs, dWALFsync, dReplayed, dRecoveryDur,
@@ -187,6 +188,7 @@ func (c *Collector) collect(ch chan<- prometheus.Metric, name string, s Snapshot
 		counter(dDuplicates, float64(e.Duplicates))
 		counter(dLate, float64(e.LateDistance), "distance")
 		counter(dLate, float64(e.LateSession), "session")
+		counter(dMissed, float64(e.MissedMemberships))
 		for _, k := range sortedKeys(e.Results) {
 			counter(dResults, float64(e.Results[k]), k)
 		}

@@ -67,7 +67,7 @@ func reference(in []byte) (Reason, Position) {
 	if p.Lon, ok = floatOf(m["lon"]); !ok || p.Lon < -180 || p.Lon > 180 {
 		return BadCoordinates, p
 	}
-	if p.TS, ok = intOf(m["timestamp_ms"]); !ok || p.TS <= 0 {
+	if p.TS, ok = intOf(m["timestamp_ms"]); !ok || p.TS <= 0 || p.TS > MaxTimestamp {
 		return BadTimestamp, p
 	}
 	if a, ok := floatOf(m["accuracy_m"]); ok && a >= 0 {
@@ -187,6 +187,8 @@ func TestScan_MaxDepth(t *testing.T) {
 func FuzzDecodeFields(f *testing.F) {
 	f.Add(`"van-3"`, "41.9794", "2.8214", "1726308298000", "8.5", "1726308298123")
 	f.Add(`"\u0076an-3"`, "-90", "180.0", "9223372036854775807", "-0", "-9223372036854775808")
+	f.Add(`"x"`, "0", "0", "253402300799999", "0", "253402300800000")
+	f.Add(`"x"`, "0", "0", "253402300800000", "0", "1")
 	f.Add(`"a"`, "1e999", "1e-400", "1.0", "0e99999", "1e3")
 	f.Add(`""`, "123456789012345.6", "-0.000000000000000000001234", "01", "null", `"5"`)
 	f.Fuzz(func(t *testing.T, courier, lat, lon, ts, acc, arrival string) {

@@ -38,16 +38,22 @@ const (
 	MissingField           // courier, lat, lon or timestamp_ms absent or null
 	BadCourier             // courier not a string of 1–64 chars of [A-Za-z0-9._:-]
 	BadCoordinates         // lat/lon not finite numbers, or out of range
-	BadTimestamp           // timestamp_ms not an int64 integer literal > 0
+	BadTimestamp           // timestamp_ms not an integer literal in (0, MaxTimestamp]
 	CourierMismatch        // topic courier differs from the payload's (see CheckTopic)
 	FutureTimestamp        // too far ahead of the processing clock (checked by the caller)
+	CourierLimit           // an untracked courier while the market is full (decided by the engine)
 )
+
+// MaxTimestamp is the largest timestamp_ms accepted: 9999-12-31T23:59:59.999Z.
+// Bounding event time far below 2^63 keeps every window end, session end
+// and watermark sum of the engine within int64.
+const MaxTimestamp = 253402300799999
 
 // Reasons lists every rejection reason in contract order, for metrics and
 // summaries. Treat it as read-only.
 var Reasons = [...]Reason{
 	TooLarge, MalformedJSON, MissingField, BadCourier,
-	BadCoordinates, BadTimestamp, CourierMismatch, FutureTimestamp,
+	BadCoordinates, BadTimestamp, CourierMismatch, FutureTimestamp, CourierLimit,
 }
 
 var reasonText = [...]string{
@@ -60,6 +66,7 @@ var reasonText = [...]string{
 	BadTimestamp:    "bad_timestamp",
 	CourierMismatch: "courier_mismatch",
 	FutureTimestamp: "future_timestamp",
+	CourierLimit:    "courier_limit",
 }
 
 // String returns the contract's text for r ("ok", "too_large", ...), or
@@ -163,7 +170,7 @@ func (d *Decoder) Decode(payload []byte, p *Position) Reason {
 	if !isNumber(ts) {
 		return BadTimestamp
 	}
-	if p.TS, ok = parseInt(ts); !ok || p.TS <= 0 {
+	if p.TS, ok = parseInt(ts); !ok || p.TS <= 0 || p.TS > MaxTimestamp {
 		return BadTimestamp
 	}
 

@@ -174,7 +174,9 @@ func TestDecode_Reasons(t *testing.T) {
 		{"timestamp negative zero", obj("timestamp_ms", "-0"), BadTimestamp},
 		{"timestamp negative", obj("timestamp_ms", "-1"), BadTimestamp},
 		{"timestamp one", obj("timestamp_ms", "1"), OK},
-		{"timestamp max int64", obj("timestamp_ms", "9223372036854775807"), OK},
+		{"timestamp 9999-12-31T23:59:59.999Z", obj("timestamp_ms", "253402300799999"), OK},
+		{"timestamp 10000-01-01", obj("timestamp_ms", "253402300800000"), BadTimestamp},
+		{"timestamp max int64", obj("timestamp_ms", "9223372036854775807"), BadTimestamp},
 		{"timestamp max int64 + 1", obj("timestamp_ms", "9223372036854775808"), BadTimestamp},
 		{"timestamp huge", obj("timestamp_ms", "99999999999999999999"), BadTimestamp},
 		{"timestamp min int64", obj("timestamp_ms", "-9223372036854775808"), BadTimestamp},
@@ -307,7 +309,7 @@ func TestDecode_CourierAliasing(t *testing.T) {
 
 func TestReason_String(t *testing.T) {
 	want := []string{"too_large", "malformed_json", "missing_field", "bad_courier",
-		"bad_coordinates", "bad_timestamp", "courier_mismatch", "future_timestamp"}
+		"bad_coordinates", "bad_timestamp", "courier_mismatch", "future_timestamp", "courier_limit"}
 	if len(Reasons) != len(want) {
 		t.Fatalf("len(Reasons) = %d, want %d", len(Reasons), len(want))
 	}

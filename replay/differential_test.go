@@ -2,6 +2,7 @@ package replay
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -24,6 +25,7 @@ func refParams(c engine.Config) reference.Params {
 	return reference.Params{
 		Market: c.Market, SizeMs: c.Size, SlideMs: c.Slide, GapMs: c.Gap, DelayMs: c.ToleratedDelay,
 		IdleTimeoutMs: c.IdleTimeout, FutureSkewMs: c.MaxFutureSkew, RestoreTTLMs: c.RestoreTTL,
+		MaxCouriers: cmp.Or(c.MaxCouriers, engine.DefaultMaxCouriers),
 		MinMoveM: c.Filter.MinMoveM, MaxSpeedKmh: c.Filter.MaxSpeedKmh, StoppedBelowM: c.StoppedBelowM,
 		H3Resolution: c.H3Resolution,
 	}
@@ -153,8 +155,12 @@ func randomConfig(r *rand.Rand) engine.Config {
 	c := engine.Config{
 		Market: "mk", Size: size, Slide: slide,
 		Gap: int64(1+r.IntN(6)) * 5_000, ToleratedDelay: int64(r.IntN(4)) * 5_000,
-		MaxFutureSkew: int64(r.IntN(3)) * 20_000, RestoreTTL: int64(1+r.IntN(8)) * 30_000,
+		MaxFutureSkew: int64(r.IntN(3)) * 20_000,
 		StoppedBelowM: 50, H3Resolution: r.IntN(16), Shards: 1 + r.IntN(4),
+	}
+	c.RestoreTTL = max(c.Size, c.Gap) + int64(r.IntN(4))*int64(r.IntN(30_000))
+	if r.IntN(2) == 0 { // a full table: couriers evicted and refused
+		c.MaxCouriers = 1 + r.IntN(3)
 	}
 	if r.IntN(2) == 0 {
 		c.IdleTimeout = int64(1+r.IntN(3)) * 10_000
@@ -189,7 +195,10 @@ func randomInput(r *rand.Rand, n int) []byte {
 		case k < 3 && prev != nil: // redelivery of the previous line
 			b.Write(prev)
 			continue
-		case k < 5:
+		case k < 6 && r.IntN(2) == 0: // the edges of the timestamp range
+			fmt.Fprintf(&b, `{"courier":"e","lat":1,"lon":1,"timestamp_ms":%d}`+"\n", []int64{253402300799999, 253402300800000, 1}[r.IntN(3)])
+			continue
+		case k < 6:
 			b.WriteString([]string{`{"courier":"a","lat":1}`, `not json`, `{"courier":"a","lat":91,"lon":0,"timestamp_ms":5}`, `{"courier":"a","lat":1,"lon":1,"timestamp_ms":1.5}`, ``, `   `}[r.IntN(6)])
 			b.WriteByte('\n')
 			continue

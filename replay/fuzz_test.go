@@ -14,8 +14,11 @@ func FuzzReplay(f *testing.F) {
 	f.Add([]byte("not json\n\n   \n{\"courier\":\"a\",\"lat\":1,\"lon\":1,\"timestamp_ms\":5,\"arrival_ms\":9}\r\n"))
 	f.Add([]byte(`{"courier":"a","lat":1,"lon":1,"timestamp_ms":5}` + "\n" + `{"courier":"a","lat":1,"lon":1,"timestamp_ms":5}`))
 	f.Add([]byte("{\"arrival_ms\":1}\n{\"courier\":\"b\",\"lat\":1e999,\"lon\":1,\"timestamp_ms\":5}\n\xff\xfe"))
+	f.Add([]byte(`{"courier":"a","lat":1,"lon":1,"timestamp_ms":253402300799999,"arrival_ms":9223372036854775807}` + "\n" + `{"courier":"b","lat":1,"lon":1,"timestamp_ms":253402300800000}` + "\n" + `{"courier":"c","lat":1,"lon":1,"timestamp_ms":1,"arrival_ms":1}`))
+	f.Add([]byte(pos("a", t0, 0, t0) + "\n" + pos("b", t0+50_000, 0, t0) + "\n" + pos("c", t0+90_000, 0, t0+90_000) + "\n" + pos("d", t0+90_000, 0, t0+90_000) + "\n" + pos("b", t0+50_000, 0, t0+95_000) + "\n"))
 	c := cfg()
 	c.IdleTimeout = 10_000
+	c.MaxCouriers = 2 // a full table: eviction and courier_limit
 	f.Fuzz(func(t *testing.T, in []byte) {
 		var out bytes.Buffer
 		sum, err := Run(c, bytes.NewReader(in), &out)

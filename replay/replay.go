@@ -38,7 +38,8 @@ func (s Summary) String() string {
 	if sep == ", " {
 		b.WriteString(")")
 	}
-	fmt.Fprintf(&b, "; duplicates %d; late distance %d, session %d; results", s.Stats.Duplicates, s.Stats.LateDistance, s.Stats.LateSession)
+	fmt.Fprintf(&b, "; duplicates %d; late distance %d, session %d; missed window memberships %d; couriers evicted %d; results",
+		s.Stats.Duplicates, s.Stats.LateDistance, s.Stats.LateSession, s.Stats.MissedMemberships, s.Stats.Evicted)
 	for _, t := range result.Types {
 		fmt.Fprintf(&b, " %s %d", t, s.Stats.Results[t.String()])
 	}
@@ -73,7 +74,7 @@ func Run(cfg engine.Config, in io.Reader, out io.Writer) (Summary, error) {
 	lines, rerr := readLines(in, func(line []byte, n int64) {
 		e.Push(&engine.Input{Payload: line, Line: n})
 	})
-	e.Close()
+	e.EndOfInput()
 	if werr == nil {
 		werr = w.Flush()
 	}

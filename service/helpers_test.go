@@ -189,7 +189,7 @@ func expectedResults(tb testing.TB, cfg config.Config, inputs []engine.Input) ma
 	tb.Helper()
 	file, last := replayFile(inputs)
 	var out bytes.Buffer
-	if _, err := replay.Run(service.EngineConfig(cfg), bytes.NewReader(file), &out); err != nil {
+	if _, err := replay.Run(engine.ConfigFrom(cfg), bytes.NewReader(file), &out); err != nil {
 		tb.Fatalf("replay: %v", err)
 	}
 	want := map[string]string{}

@@ -165,7 +165,7 @@ func (m *market) serve(ctx context.Context, drain time.Duration) error {
 	defer m.snk.cancelPub()
 
 	m.phase.Store(&phaseRecovering)
-	ecfg := EngineConfig(m.cfg)
+	ecfg := engine.ConfigFrom(m.cfg)
 	ecfg.Topic = m.cfg.MQTT.Topic
 	ecfg.Shards = m.deps.Shards
 	// The bridge coalesces positions per courier and computes the cell

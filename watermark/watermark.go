@@ -3,7 +3,10 @@
 // the future-timestamp check.
 //
 // The watermark is wm = max_ts - tolerated_delay (Flink's bounded
-// out-of-orderness watermark + 1 ms). When no message has arrived for
+// out-of-orderness watermark + 1 ms), max_ts being the largest effective
+// timestamp: min(timestamp_ms, arrival) once there is a processing clock,
+// so that wm <= clock - tolerated_delay always holds however fast a phone's
+// clock runs. When no message has arrived for
 // idle_timeout of processing time, event time is taken to advance with the
 // processing clock from the newest event seen, so a fleet that goes silent
 // still gets its no-signal warnings.
@@ -39,6 +42,9 @@ func New(delay, idleTimeout, maxFutureSkew int64) *Watermark {
 // Current returns the watermark (tmath.Never before any position,
 // tmath.Forever after End).
 func (w *Watermark) Current() int64 { return w.wm }
+
+// MaxTS returns the largest timestamp observed (tmath.Never before any).
+func (w *Watermark) MaxTS() int64 { return w.maxTS }
 
 // Clock returns the processing clock and whether there is one yet.
 func (w *Watermark) Clock() (int64, bool) { return w.clock, w.hasClock }
@@ -84,9 +90,14 @@ func (w *Watermark) Received() {
 	}
 }
 
-// Observe applies a valid, non-duplicate position's timestamp and reports
-// whether the watermark advanced.
+// Observe applies a valid, non-duplicate position's timestamp, arrived at
+// the clock, and reports whether the watermark advanced. The position
+// counts at its effective timestamp, min(ts, clock) when there is a clock
+// (contract §3): nothing arrives before it happens.
 func (w *Watermark) Observe(ts int64) bool {
+	if w.hasClock {
+		ts = min(ts, w.clock)
+	}
 	if ts <= w.maxTS {
 		return false
 	}

@@ -105,3 +105,31 @@ func TestWatermark_ListenNeverMovesTheIdleClockBack(t *testing.T) {
 		t.Fatalf("want the idle rule to apply 100 ms after the last message")
 	}
 }
+
+func TestWatermark_EffectiveTimestamp(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		ts, want  int64
+		wantMaxTS int64
+	}{
+		{"exactly at the clock", 1_000_000, 1_000_000 - 45_000, 1_000_000},
+		{"1 ms ahead counts at the clock", 1_000_001, 1_000_000 - 45_000, 1_000_000},
+		{"a minute ahead counts at the clock", 1_060_000, 1_000_000 - 45_000, 1_000_000},
+		{"behind the clock counts as itself", 999_999, 999_999 - 45_000, 999_999},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			w := New(45_000, 0, 60_000)
+			w.Idle(1_000_000)
+			w.Received()
+			w.Observe(tt.ts)
+			if w.Current() != tt.want || w.MaxTS() != tt.wantMaxTS {
+				t.Errorf("wm %d max_ts %d, want %d and %d", w.Current(), w.MaxTS(), tt.want, tt.wantMaxTS)
+			}
+		})
+	}
+	w := New(45_000, 0, 60_000) // no clock yet: the timestamp as it is
+	w.Observe(1 << 50)
+	if w.MaxTS() != 1<<50 {
+		t.Errorf("without a clock: max_ts %d, want %d", w.MaxTS(), int64(1<<50))
+	}
+}

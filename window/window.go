@@ -38,6 +38,19 @@ func (s Spec) LastEnd(ts int64) int64 {
 // wm: every window that could hold it has fired.
 func (s Spec) Late(ts, wm int64) bool { return wm >= s.LastEnd(ts) }
 
+// Missed returns how many windows holding ts had already ended at wm
+// (end <= wm): memberships a position that is not late cannot take, since
+// a window with end <= wm is never created.
+func (s Spec) Missed(ts, wm int64) int64 {
+	first := tmath.FloorDiv(ts-s.Size, s.Slide) + 1          // index of the first window holding ts
+	ended := tmath.FloorDiv(tmath.Add(wm, -s.Size), s.Slide) // index of the last window ended at wm
+	last := tmath.FloorDiv(ts, s.Slide)                      // index of the last window holding ts
+	if ended < first {
+		return 0
+	}
+	return min(ended, last) - first + 1
+}
+
 // lowBound returns the smallest timestamp that is not late at wm.
 func (s Spec) lowBound(wm int64) int64 {
 	if wm < tmath.Never+s.Size {
@@ -90,6 +103,14 @@ func (d *Distance) Has(ts int64) bool {
 	return i < len(d.fixes) && d.fixes[i].TS == ts
 }
 
+// After appends to dst the timestamps of the retained fixes above ts.
+func (d *Distance) After(ts int64, dst []int64) []int64 {
+	for i := d.search(tmath.Add(ts, 1)); i < len(d.fixes); i++ {
+		dst = append(dst, d.fixes[i].TS)
+	}
+	return dst
+}
+
 // search returns the index of the first retained fix with TS >= ts.
 func (d *Distance) search(ts int64) int {
 	n := len(d.fixes)
@@ -103,7 +124,9 @@ func (d *Distance) search(ts int64) int {
 func (d *Distance) Idle() bool { return len(d.panes) == 0 }
 
 // Insert adds a fix that is not late and not a duplicate (see Has).
-// The caller has advanced d to the current watermark first.
+// The caller has advanced d to the current watermark first. x.TS + Size
+// must fit in an int64 (the contract's timestamps end in year 9999), so
+// that every window holding it has a real end.
 func (d *Distance) Insert(s Spec, f geo.Filter, x geo.Fix) {
 	i := d.search(x.TS)
 	n := len(d.fixes)

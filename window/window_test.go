@@ -124,6 +124,45 @@ func TestSpec_Late(t *testing.T) {
 
 // TestDistance_MatchesNaive inserts random out-of-order fixes and compares
 // every fired window with a from-scratch LAG-then-sum computation.
+func TestSpec_Missed(t *testing.T) {
+	s := NewSpec(5*minute, minute) // a position at 10m joins the windows starting 6m..10m
+	ts := int64(10 * minute)
+	for _, tt := range []struct {
+		wm, want int64
+	}{
+		{math.MinInt64, 0},
+		{ts, 0},
+		{11*minute - 1, 0}, // the window [6m, 11m) is still open
+		{11 * minute, 1},   // ... now it has ended
+		{14 * minute, 4},   // only [10m, 15m) is open
+		{15*minute - 1, 4},
+		{math.MaxInt64, 5}, // all of them (a late position: the caller does not ask)
+	} {
+		if got := s.Missed(ts, tt.wm); got != tt.want {
+			t.Errorf("Missed(10m, %d) = %d, want %d", tt.wm, got, tt.want)
+		}
+	}
+	// Size 3m, slide 2m: 4.5m is in [2m, 5m) and [4m, 7m).
+	if got := NewSpec(3*minute, 2*minute).Missed(9*minute/2, 5*minute); got != 1 {
+		t.Errorf("size 3m slide 2m: Missed(4.5m, 5m) = %d, want 1", got)
+	}
+}
+
+func TestDistance_After(t *testing.T) {
+	s := NewSpec(minute, minute)
+	var d Distance
+	d.Start(math.MinInt64)
+	for _, ts := range []int64{10, 30, 20} {
+		d.Insert(s, geo.Filter{}, fixAt(ts, 0))
+	}
+	if got := d.After(10, nil); len(got) != 2 || got[0] != 20 || got[1] != 30 {
+		t.Errorf("After(10) = %v, want [20 30]", got)
+	}
+	if got := d.After(30, nil); got != nil {
+		t.Errorf("After(30) = %v, want none", got)
+	}
+}
+
 func TestDistance_MatchesNaive(t *testing.T) {
 	for seed := uint64(0); seed < 200; seed++ {
 		r := rand.New(rand.NewPCG(seed, 1))

@@ -12,8 +12,8 @@ import (
 	"golang.org/x/term"
 
 	"github.com/km0/edgeproc/config"
+	"github.com/km0/edgeproc/engine"
 	"github.com/km0/edgeproc/replay"
-	"github.com/km0/edgeproc/service"
 )
 
 // progressMin is the input size from which a terminal gets a progress bar.
@@ -36,7 +36,7 @@ func runReplay(_ context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	ecfg := service.EngineConfig(cfg)
+	ecfg := engine.ConfigFrom(cfg)
 	ecfg.Shards = *shards
 
 	var in io.Reader = os.Stdin

@@ -38,12 +38,12 @@ func TestRun_SessionGap(t *testing.T) {
 			// closes the first, and the new one is already open.
 			name:   "silence of gap+1 ms splits",
 			params: baseParams,
-			lines:  []string{posAt("c", 600000, ptA, 1000), posAt("c", 660001, ptB, 2000), tick(3000)},
+			lines:  []string{posAt("c", 600000, ptA, 600000), posAt("c", 660001, ptB, 660001), tick(670000)},
 			types:  []string{"no_signal", "signal_restored"},
 			want: []map[string]any{
-				noSigRec("c", 600000, 600000, ptA, 2000, false),
-				restoredRec("c", 600000, 660001, 2000),
-				noSigRec("c", 660001, 660001, ptB, 3000, true),
+				noSigRec("c", 600000, 600000, ptA, 660001, false),
+				restoredRec("c", 600000, 660001, 660001),
+				noSigRec("c", 660001, 660001, ptB, 670000, true),
 			},
 		},
 	})
@@ -56,13 +56,13 @@ func TestRun_WindowFiring(t *testing.T) {
 			name:   "window fires exactly when wm reaches its end",
 			params: baseParams,
 			lines: []string{
-				posAt("c", 600000, ptA, 100), posAt("c", 659999, ptB, 200),
-				posAt("c", 660000, ptC, 300), tick(400),
+				posAt("c", 600000, ptA, 600100), posAt("c", 659999, ptB, 660200),
+				posAt("c", 660000, ptC, 660300), tick(660400),
 			},
 			types: []string{"distance"},
 			want: []map[string]any{
-				distRec("c", 600000, 660000, testHaversine(ptA, ptB), 2, ptB, 300),
-				distRec("c", 660000, 720000, testHaversine(ptB, ptC), 1, ptC, 400),
+				distRec("c", 600000, 660000, testHaversine(ptA, ptB), 2, ptB, 660300),
+				distRec("c", 660000, 720000, testHaversine(ptB, ptC), 1, ptC, 660400),
 			},
 		},
 		{
@@ -156,15 +156,15 @@ func TestRun_SignalRestored(t *testing.T) {
 				return p
 			},
 			lines: []string{
-				posAt("c", 600000, ptA, 1000), posAt("c", 700000, ptB, 2000),
-				posAt("d", 1_700_000, ptC, 3000), tick(4000),
+				posAt("c", 600000, ptA, 1_000_000), posAt("c", 700000, ptB, 1_100_000),
+				posAt("d", 1_700_000, ptC, 1_700_000), tick(1_800_000),
 			},
 			types: []string{"no_signal", "signal_restored"},
 			want: []map[string]any{
-				noSigRec("c", 600000, 600000, ptA, 3000, false),
-				restoredRec("c", 600000, 700000, 3000),
-				noSigRec("c", 700000, 700000, ptB, 4000, true),
-				noSigRec("d", 1_700_000, 1_700_000, ptC, 4000, true),
+				noSigRec("c", 600000, 600000, ptA, 1_700_000, false),
+				restoredRec("c", 600000, 700000, 1_700_000),
+				noSigRec("c", 700000, 700000, ptB, 1_800_000, true),
+				noSigRec("d", 1_700_000, 1_700_000, ptC, 1_800_000, true),
 			},
 		},
 		{
@@ -173,15 +173,15 @@ func TestRun_SignalRestored(t *testing.T) {
 			name:   "restored when the next session's first position arrives",
 			params: baseParams,
 			lines: []string{
-				posAt("c", 600000, ptA, 1000), posAt("d", 700000, ptC, 2000),
-				posAt("c", 710000, ptB, 3000), tick(4000),
+				posAt("c", 600000, ptA, 600000), posAt("d", 700000, ptC, 700000),
+				posAt("c", 710000, ptB, 710000), tick(720000),
 			},
 			types: []string{"no_signal", "signal_restored"},
 			want: []map[string]any{
-				noSigRec("c", 600000, 600000, ptA, 2000, false),
-				restoredRec("c", 600000, 710000, 3000),
-				noSigRec("c", 710000, 710000, ptB, 4000, true),
-				noSigRec("d", 700000, 700000, ptC, 4000, true),
+				noSigRec("c", 600000, 600000, ptA, 700000, false),
+				restoredRec("c", 600000, 710000, 710000),
+				noSigRec("c", 710000, 710000, ptB, 720000, true),
+				noSigRec("d", 700000, 700000, ptC, 720000, true),
 			},
 		},
 	})
@@ -357,9 +357,9 @@ func TestRun_FutureSkew(t *testing.T) {
 		},
 		{
 			name: "no future check before any clock", params: skew,
-			lines: []string{pos("c", 9_000_000_000_000_000, ptA)},
+			lines: []string{pos("c", 253402300799999, ptA)},
 			types: []string{"rejected", "no_signal"},
-			want:  []map[string]any{noSigRec("c", 9_000_000_000_000_000, 9_000_000_000_000_000, ptA, 0, true)},
+			want:  []map[string]any{noSigRec("c", 253402300799999, 253402300799999, ptA, 0, true)},
 		},
 		{
 			// arrival_ms 1.5 is not an integer literal: the clock stays.

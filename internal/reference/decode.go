@@ -17,6 +17,8 @@ const (
 	maxLineBytes = 4096
 	// maxRawBytes bounds the "raw" field of a rejected record.
 	maxRawBytes = 1024
+	// maxTimestamp is the largest valid timestamp_ms, 9999-12-31T23:59:59.999Z.
+	maxTimestamp = 253402300799999
 )
 
 var courierPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
@@ -67,7 +69,7 @@ func decodeLine(line []byte) decoded {
 		return d
 	}
 	ts, ok := integerLiteral(obj["timestamp_ms"])
-	if !ok || ts <= 0 {
+	if !ok || ts <= 0 || ts > maxTimestamp {
 		d.reason = "bad_timestamp"
 		return d
 	}

@@ -106,23 +106,25 @@ func (pr *processor) afterClose(c *courierState, closed *session, emittedAt int6
 	c.silentFrom = &silent
 }
 
-// forget drops the pending restore and the LAG predecessor of every courier
-// with nothing open whose newest accepted position is RestoreTTLMs behind the
-// watermark (decision 8).
+// forget forgets every tracked courier with wm >= latest + RestoreTTLMs
+// (§3 Tracking and forgetting). RestoreTTLMs >= max(SizeMs, GapMs), so
+// fire has already closed everything it had open.
 func (pr *processor) forget() {
-	for _, c := range pr.couriers {
-		if !c.hasAccepted || len(c.windows) > 0 || hasOpenSession(c) {
-			continue
-		}
-		if cmp(pr.wm, plus(c.maxAccepted, pr.p.RestoreTTLMs)) < 0 {
-			continue
-		}
-		c.silentFrom = nil
-		if c.epochHasPos {
-			c.epoch++
-			c.epochHasPos = false
+	for name, latest := range pr.tracked {
+		if cmp(pr.wm, plus(latest, pr.p.RestoreTTLMs)) >= 0 {
+			pr.forgetCourier(name)
 		}
 	}
+}
+
+// forgetCourier drops everything known of a courier: its next position is
+// a first one (no predecessor, no pending signal_restored).
+func (pr *processor) forgetCourier(name string) {
+	if c := pr.couriers[name]; c != nil && (len(c.windows) > 0 || hasOpenSession(c)) {
+		panic("reference: forgetting courier " + name + " with something open")
+	}
+	delete(pr.tracked, name)
+	delete(pr.couriers, name)
 }
 
 func hasOpenSession(c *courierState) bool {
@@ -135,11 +137,11 @@ func hasOpenSession(c *courierState) bool {
 }
 
 // predecessor is the courier's accepted position with the largest ts below
-// p.ts in p's epoch, or nil when p is the first.
+// p.ts since it was last forgotten, or nil when p is the first.
 func predecessor(c *courierState, p *position) *position {
 	var pred *position
 	for _, q := range c.distPositions {
-		if q.epoch == p.epoch && q.ts < p.ts && (pred == nil || q.ts > pred.ts) {
+		if q.ts < p.ts && (pred == nil || q.ts > pred.ts) {
 			pred = q
 		}
 	}

@@ -30,7 +30,7 @@ var (
 func baseParams() Params {
 	return Params{
 		Market: market, SizeMs: 60000, SlideMs: 60000, GapMs: 60000,
-		FutureSkewMs: 1_000_000_000_000, RestoreTTLMs: 3_600_000,
+		FutureSkewMs: 1_000_000_000_000, RestoreTTLMs: 3_600_000, MaxCouriers: 1000,
 		StoppedBelowM: 50, H3Resolution: 9,
 	}
 }

@@ -37,10 +37,12 @@ type Params struct {
 	// FutureSkewMs is how far timestamp_ms may be ahead of the clock before a
 	// line is rejected as future_timestamp. Must be >= 0.
 	FutureSkewMs int64
-	// RestoreTTLMs is how long (in event time, past the courier's newest
-	// accepted position) an idle courier's pending signal_restored and LAG
-	// predecessor are kept. 0 forgets as soon as nothing of it is open. Must be >= 0.
+	// RestoreTTLMs: a tracked courier is forgotten once wm >= its latest +
+	// RestoreTTLMs. Must be >= max(SizeMs, GapMs).
 	RestoreTTLMs int64
+	// MaxCouriers is limits.max_couriers, how many couriers are tracked at
+	// most. Must be > 0.
+	MaxCouriers int
 	// MinMoveM is the jitter threshold in metres (0 = off).
 	MinMoveM float64
 	// MaxSpeedKmh is the outlier-jump threshold in km/h (0 = off).
@@ -65,8 +67,10 @@ func (p Params) validate() error {
 		return fmt.Errorf("IdleTimeoutMs %d: must be >= 0", p.IdleTimeoutMs)
 	case p.FutureSkewMs < 0:
 		return fmt.Errorf("FutureSkewMs %d: must be >= 0", p.FutureSkewMs)
-	case p.RestoreTTLMs < 0:
-		return fmt.Errorf("RestoreTTLMs %d: must be >= 0", p.RestoreTTLMs)
+	case p.RestoreTTLMs < max(p.SizeMs, p.GapMs):
+		return fmt.Errorf("RestoreTTLMs %d: must be >= max(SizeMs, GapMs)", p.RestoreTTLMs)
+	case p.MaxCouriers <= 0:
+		return fmt.Errorf("MaxCouriers %d: must be > 0", p.MaxCouriers)
 	}
 	return nil
 }
@@ -92,6 +96,7 @@ func Run(p Params, input []byte) []map[string]any {
 		wm:       negInfinity(),
 		seen:     map[string]map[int64]bool{},
 		couriers: map[string]*courierState{},
+		tracked:  map[string]int64{},
 	}
 	for i, line := range bytes.Split(input, []byte("\n")) {
 		if len(bytes.TrimSpace(line)) == 0 {
@@ -125,6 +130,9 @@ type processor struct {
 	// duplicate rule. Kept forever: this is an oracle, not a service.
 	seen     map[string]map[int64]bool
 	couriers map[string]*courierState
+	// tracked maps every tracked courier to its latest: the largest
+	// timestamp_ms of its valid positions since it was first tracked.
+	tracked map[string]int64
 }
 
 // position is one valid, non-duplicate input position.
@@ -134,9 +142,6 @@ type position struct {
 	lat, lon float64
 	// acc is accuracy_m when it is a finite number >= 0, else 0.
 	acc float64
-	// epoch is the courier's LAG epoch when the distance operator accepted it;
-	// forgetting a courier starts a new epoch (decision 8).
-	epoch int
 }
 
 type window struct {
@@ -164,14 +169,6 @@ type courierState struct {
 	// silentFrom is the pending signal_restored marker (last_seen of the
 	// session that closed with no next session yet).
 	silentFrom *int64
-	// epoch numbers the LAG chains: forgetting the courier starts a new one,
-	// so its next position has no predecessor. epochHasPos says whether the
-	// current chain has a position yet.
-	epoch       int
-	epochHasPos bool
-	// maxAccepted is the largest ts either operator accepted (decision 8).
-	maxAccepted int64
-	hasAccepted bool
 }
 
 func (pr *processor) courier(name string) *courierState {
@@ -227,6 +224,9 @@ func (pr *processor) handleLine(lineNo int64, line []byte) {
 	if reason == "" && pr.hasClock && cmp(big.NewInt(d.pos.ts), plus(pr.clock, pr.p.FutureSkewMs)) > 0 {
 		reason = "future_timestamp"
 	}
+	if reason == "" && !pr.makeRoom(d.pos.courier) {
+		reason = "courier_limit"
+	}
 	if reason != "" {
 		pr.emit(map[string]any{
 			"type":          "rejected",
@@ -236,6 +236,10 @@ func (pr *processor) handleLine(lineNo int64, line []byte) {
 			"raw":           truncateRaw(line),
 			"line":          lineNo,
 		})
+		if reason == "courier_limit" {
+			// A refused position still moves the watermark (§3 Courier limit).
+			pr.observe(d.pos.ts)
+		}
 	} else {
 		pos := d.pos
 		pr.handlePosition(&pos)
@@ -266,8 +270,47 @@ func (pr *processor) lastWindowEnd(ts int64) *big.Int {
 	return plus(ts-ts%pr.p.SlideMs, pr.p.SizeMs)
 }
 
+// makeRoom applies §3 Courier limit before a valid position of courier:
+// it reports false when the position must be refused.
+func (pr *processor) makeRoom(courier string) bool {
+	if _, ok := pr.tracked[courier]; ok || len(pr.tracked) < pr.p.MaxCouriers {
+		return true
+	}
+	idle := ""
+	for name, latest := range pr.tracked {
+		if idle == "" || latest < pr.tracked[idle] || (latest == pr.tracked[idle] && name < idle) {
+			idle = name
+		}
+	}
+	if cmp(pr.wm, plus(pr.tracked[idle], max(pr.p.SizeMs, pr.p.GapMs))) < 0 {
+		return false
+	}
+	pr.forgetCourier(idle)
+	return true
+}
+
+// observe moves max_ts with a position's effective timestamp (§3) and the
+// watermark with it.
+func (pr *processor) observe(ts int64) {
+	eff := ts
+	if pr.hasClock {
+		eff = min(ts, pr.clock)
+	}
+	if !pr.hasMaxTs || eff > pr.maxTs {
+		pr.maxTs, pr.hasMaxTs = eff, true
+		pr.arrivalOfMax, pr.arrivalKnown = pr.clock, pr.hasClock
+	}
+	pr.advance(minus(pr.maxTs, pr.p.DelayMs), pr.now())
+}
+
 func (pr *processor) handlePosition(pos *position) {
 	now := pr.now()
+
+	// Tracking (§3): latest counts every valid position, duplicates and
+	// late ones included.
+	if latest, ok := pr.tracked[pos.courier]; !ok || pos.ts > latest {
+		pr.tracked[pos.courier] = pos.ts
+	}
 
 	// Duplicate rule (§2).
 	if pr.seen[pos.courier][pos.ts] && cmp(pr.wm, pr.lastWindowEnd(pos.ts)) < 0 {
@@ -289,12 +332,6 @@ func (pr *processor) handlePosition(pos *position) {
 		pr.emitLate(pos, "session", now)
 	}
 
-	if !lateDistance || !lateSession {
-		c := pr.courier(pos.courier)
-		if !c.hasAccepted || pos.ts > c.maxAccepted {
-			c.maxAccepted, c.hasAccepted = pos.ts, true
-		}
-	}
 	if !lateDistance {
 		pr.acceptDistance(pos)
 	}
@@ -302,11 +339,7 @@ func (pr *processor) handlePosition(pos *position) {
 		pr.acceptSession(pos, touching, now)
 	}
 
-	if !pr.hasMaxTs || pos.ts > pr.maxTs {
-		pr.maxTs, pr.hasMaxTs = pos.ts, true
-		pr.arrivalOfMax, pr.arrivalKnown = pr.clock, pr.hasClock
-	}
-	pr.advance(minus(pr.maxTs, pr.p.DelayMs), now)
+	pr.observe(pos.ts)
 }
 
 func (pr *processor) emitLate(pos *position, operator string, now int64) {
@@ -327,8 +360,6 @@ func (pr *processor) emitLate(pos *position, operator string, now int64) {
 // windows whose end is still after the watermark.
 func (pr *processor) acceptDistance(pos *position) {
 	c := pr.courier(pos.courier)
-	pos.epoch = c.epoch
-	c.epochHasPos = true
 	c.distPositions = append(c.distPositions, pos)
 
 	// Every start that is a multiple of slide with start <= ts < start+size,

@@ -126,7 +126,9 @@ func TestRun_Rejections(t *testing.T) {
 		rejectOne("timestamp over int64", posWith(`"c"`, "1", "2", "9223372036854775808"), "bad_timestamp"),
 		rejectOne("timestamp bool", posWith(`"c"`, "1", "2", "true"), "bad_timestamp"),
 		acceptOne("timestamp 1", posWith(`"c"`, "1", "2", "1"), "c", 1, one),
-		acceptOne("timestamp max int64", posWith(`"c"`, "1", "2", "9223372036854775807"), "c", 9223372036854775807, one),
+		acceptOne("timestamp 9999-12-31T23:59:59.999Z", posWith(`"c"`, "1", "2", "253402300799999"), "c", 253402300799999, one),
+		rejectOne("timestamp 1 ms after 9999", posWith(`"c"`, "1", "2", "253402300800000"), "bad_timestamp"),
+		rejectOne("timestamp max int64", posWith(`"c"`, "1", "2", "9223372036854775807"), "bad_timestamp"),
 
 		// Unknown fields are ignored; accuracy_m of any kind never rejects.
 		acceptOne("unknown fields and odd accuracy", `{"courier":"c","lat":1,"lon":2,"timestamp_ms":600000,"x":[1,{"y":null}],"accuracy_m":"bad"}`, "c", 600000, one),

@@ -1,0 +1,146 @@
+package engine
+
+import "github.com/km0/edgeproc/internal/tmath"
+
+// tracker is the sequencer's list of tracked couriers (contract §3,
+// Tracking and forgetting, Courier limit). It decides, in input order and
+// for every shard at once, when a courier is forgotten and whether a new
+// one gets a place, so those decisions cannot depend on the shard count.
+//
+// Couriers are kept in a min-heap by (latest, name). latest only grows, so
+// a heap entry's key is allowed to lag behind it (a lower bound): a
+// position updates only its courier's latest, and the heap is put right
+// only at its top, when someone asks who the most idle courier is. Each
+// courier has exactly one heap entry.
+type tracker struct {
+	max    int
+	ttl    int64 // restore_ttl: forgotten once wm >= latest + ttl
+	idle   int64 // max(size, gap): evictable once wm >= latest + idle
+	byName map[string]*tracked
+	heap   []heapEntry
+}
+
+// tracked is one tracked courier.
+type tracked struct {
+	name   string
+	latest int64 // largest timestamp_ms of its valid positions
+	// ahead holds its timestamps above the market's max_ts: positions of a
+	// fast clock, which count for the watermark only up to their arrival.
+	// A copy of one of them is a duplicate (it is in an unfired window),
+	// and a duplicate must not move the watermark (see Engine.observe).
+	ahead []int64
+}
+
+type heapEntry struct {
+	key int64 // <= t.latest
+	t   *tracked
+}
+
+func newTracker(max int, ttl, idle int64) *tracker {
+	return &tracker{max: max, ttl: ttl, idle: idle, byName: map[string]*tracked{}}
+}
+
+// full reports whether a new courier must first make room.
+func (tr *tracker) full() bool { return len(tr.byName) >= tr.max }
+
+// add starts tracking a courier.
+func (tr *tracker) add(name string, latest int64) *tracked {
+	t := &tracked{name: name, latest: latest}
+	tr.byName[name] = t
+	tr.heap = append(tr.heap, heapEntry{key: latest, t: t})
+	tr.up(len(tr.heap) - 1)
+	return t
+}
+
+// top returns the tracked courier with the smallest latest (ties: the
+// smallest name in byte order), or nil.
+func (tr *tracker) top() *tracked {
+	for len(tr.heap) > 0 {
+		e := &tr.heap[0]
+		if e.key == e.t.latest {
+			return e.t
+		}
+		e.key = e.t.latest
+		tr.down(0)
+	}
+	return nil
+}
+
+// expired returns the most idle courier if wm >= its latest + d.
+func (tr *tracker) expired(wm, d int64) *tracked {
+	t := tr.top()
+	if t == nil || wm < tmath.Add(t.latest, d) {
+		return nil
+	}
+	return t
+}
+
+// remove stops tracking the courier top returned.
+func (tr *tracker) removeTop() {
+	t := tr.heap[0].t
+	delete(tr.byName, t.name)
+	n := len(tr.heap) - 1
+	tr.heap[0] = tr.heap[n]
+	tr.heap[n] = heapEntry{}
+	tr.heap = tr.heap[:n]
+	if n > 0 {
+		tr.down(0)
+	}
+}
+
+func (tr *tracker) less(i, j int) bool {
+	a, b := &tr.heap[i], &tr.heap[j]
+	if a.key != b.key {
+		return a.key < b.key
+	}
+	return a.t.name < b.t.name
+}
+
+func (tr *tracker) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if !tr.less(i, p) {
+			return
+		}
+		tr.heap[p], tr.heap[i] = tr.heap[i], tr.heap[p]
+		i = p
+	}
+}
+
+func (tr *tracker) down(i int) {
+	n := len(tr.heap)
+	for {
+		l, m := 2*i+1, i
+		if l < n && tr.less(l, m) {
+			m = l
+		}
+		if r := l + 1; r < n && tr.less(r, m) {
+			m = r
+		}
+		if m == i {
+			return
+		}
+		tr.heap[i], tr.heap[m] = tr.heap[m], tr.heap[i]
+		i = m
+	}
+}
+
+// isAhead reports whether ts is one of t's timestamps above maxTS, first
+// dropping those that no longer are.
+func (t *tracked) isAhead(ts, maxTS int64) bool {
+	k := 0
+	found := false
+	for _, a := range t.ahead {
+		if a > maxTS {
+			t.ahead[k] = a
+			k++
+			found = found || a == ts
+		}
+	}
+	if k == 0 && cap(t.ahead) > 8 {
+		t.ahead = nil // let a burst's slice go; a slightly fast phone keeps its small one
+	} else {
+		t.ahead = t.ahead[:k]
+	}
+	return found
+}

@@ -1,0 +1,321 @@
+package replay
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/km0/edgeproc/engine"
+)
+
+// TestReplay_ContractBoundaries checks the rules of contract §2–§3 on
+// effective timestamps, the timestamp range, tracking and forgetting, the
+// courier limit and ties, each at its boundary, with expected values worked
+// out from the contract. Every case is also compared with the reference
+// and under 1 and 3 shards.
+//
+// cfg(): 1-minute windows sliding every minute, 60 s gap, wm = max_ts - 30 s.
+func TestReplay_ContractBoundaries(t *testing.T) {
+	type check func(t *testing.T, recs []map[string]any, st engine.Stats)
+	limit := func(n int, ttl int64) func(*engine.Config) {
+		return func(c *engine.Config) { c.MaxCouriers, c.RestoreTTL = n, ttl }
+	}
+	cases := []struct {
+		name  string
+		setup func(*engine.Config)
+		lines []string
+		check check
+	}{
+		{
+			// a at the clock: wm = t0+120s-30s = t0+90s, so the probe at
+			// t0+30s is late for sessions (t0+30s+gap <= wm).
+			name: "position exactly at the clock moves wm to clock - delay",
+			lines: []string{
+				pos("a", t0+120_000, 0, t0+120_000),
+				pos("p", t0+30_000, 0, t0+120_000),
+			},
+			check: func(t *testing.T, recs []map[string]any, _ engine.Stats) {
+				wantLate(t, recs, "p", "session", t0+90_000)
+				wantLate(t, recs, "p", "distance", t0+90_000)
+			},
+		},
+		{
+			// a 1 ms ahead of the clock counts as its arrival: wm = t0+89.999s,
+			// the probe is not late for sessions; a keeps its own timestamp
+			// for its window and session.
+			name: "position 1 ms ahead of the clock counts at its arrival",
+			lines: []string{
+				pos("a", t0+120_000, 0, t0+119_999),
+				pos("p", t0+30_000, 0, t0+119_999),
+			},
+			check: func(t *testing.T, recs []map[string]any, _ engine.Stats) {
+				wantLate(t, recs, "p", "distance", t0+89_999)
+				if r := find(recs, "late", "p", "operator", "session"); r != nil {
+					t.Errorf("got %v, want p not late for sessions at wm t0+89.999s", r)
+				}
+				if r := find(recs, "distance", "a", "window_start_ms", t0+120_000); r == nil {
+					t.Errorf("no distance window of a starting at its own timestamp's window in %v", recs)
+				}
+				if r := find(recs, "no_signal", "a", "last_seen_ms", t0+120_000); r == nil {
+					t.Errorf("no session of a ending at its own timestamp in %v", recs)
+				}
+			},
+		},
+		{
+			// A copy of a fast-clock position arrives later: it is a
+			// duplicate and must not move the watermark to its later arrival.
+			name: "duplicate of a fast-clock position does not move wm",
+			lines: []string{
+				pos("a", t0+120_000, 0, t0+100_000),
+				pos("a", t0+120_000, 0, t0+110_000),
+				pos("p", t0+30_000, 0, t0+110_000),
+			},
+			check: func(t *testing.T, recs []map[string]any, st engine.Stats) {
+				if st.Duplicates != 1 {
+					t.Errorf("got %d duplicates, want 1", st.Duplicates)
+				}
+				wantLate(t, recs, "p", "distance", t0+70_000) // t0+100s - 30s, not t0+110s - 30s
+			},
+		},
+		{
+			// 2^63-2 once made a shard spin; 2^63-1 made window.fire panic.
+			name:  "timestamp 253402300799999 is valid, 1 ms more is bad_timestamp",
+			lines: []string{pos("a", 253402300799999, 0, -1), pos("b", 253402300800000, 0, -1), pos("c", math.MaxInt64-1, 0, -1), pos("d", math.MaxInt64, 0, -1)},
+			check: func(t *testing.T, recs []map[string]any, _ engine.Stats) {
+				wantRejected(t, recs, 2, "bad_timestamp")
+				wantRejected(t, recs, 3, "bad_timestamp")
+				wantRejected(t, recs, 4, "bad_timestamp")
+				if r := find(recs, "distance", "a", "window_end_ms", 253402300800000); r == nil {
+					t.Errorf("no window of a at the end of 9999 in %v", recs)
+				}
+			},
+		},
+		{
+			// The idle rule drives wm to about MaxInt64 - 30 s, everything fires;
+			// later positions are late. Nothing may overflow, panic or spin.
+			name: "extreme clock and timestamps",
+			setup: func(c *engine.Config) {
+				c.IdleTimeout = 10_000
+				c.MaxFutureSkew = math.MaxInt64
+			},
+			lines: []string{
+				pos("a", 253402300799999, 0, 1),
+				pos("b", 253402300799990, 0, math.MaxInt64-1),
+				pos("a", 253402300799999, 0.1, math.MaxInt64),
+				pos("c", 1, 0, math.MaxInt64),
+			},
+			check: func(t *testing.T, recs []map[string]any, _ engine.Stats) {
+				wantLate(t, recs, "c", "distance", math.MaxInt64-30_001) // 1 + (MaxInt64-1 - 1) - 30 s
+				if r := find(recs, "no_signal", "a", "end_of_input", nil); r == nil {
+					t.Errorf("no no_signal for a before the end of input in %v", recs)
+				}
+			},
+		},
+		{
+			// a and b fill the table; c's wm t0-30s is before a's latest +
+			// max(size, gap): refused, but it moves wm to t0+170s, which
+			// closes a's and b's sessions before the end of input.
+			name:  "limit reached: refused position still moves the watermark",
+			setup: limit(2, 24*3600_000),
+			lines: []string{pos("a", t0, 0, -1), pos("b", t0, 0, -1), pos("c", t0+200_000, 0, -1)},
+			check: func(t *testing.T, recs []map[string]any, st engine.Stats) {
+				wantRejected(t, recs, 3, "courier_limit")
+				if st.Rejected["courier_limit"] != 1 || st.Evicted != 0 {
+					t.Errorf("got %d courier_limit, %d evicted; want 1, 0", st.Rejected["courier_limit"], st.Evicted)
+				}
+				for _, c := range []string{"a", "b"} {
+					if find(recs, "no_signal", c, "end_of_input", nil) == nil {
+						t.Errorf("no no_signal of %s fired by the refused position's watermark in %v", c, recs)
+					}
+				}
+			},
+		},
+		{
+			// b moves wm to t0+60s = a's latest + max(size, gap): a is
+			// evicted and c takes its place.
+			name:  "evicted at exactly latest + max(size, gap)",
+			setup: limit(2, 24*3600_000),
+			lines: []string{pos("a", t0, 0, -1), pos("b", t0+90_000, 0, -1), pos("c", t0+95_000, 0, -1), pos("a", t0+96_000, 0.01, -1)},
+			check: func(t *testing.T, recs []map[string]any, st engine.Stats) {
+				if st.Evicted != 1 || len(ofType(recs, "rejected")) != 1 {
+					t.Errorf("got %d evicted and %v; want c in place of a, then a refused", st.Evicted, ofType(recs, "rejected"))
+				}
+				wantRejected(t, recs, 4, "courier_limit") // b, c tracked; b's latest + 60 s > wm
+			},
+		},
+		{
+			name:  "1 ms before latest + max(size, gap): refused",
+			setup: limit(2, 24*3600_000),
+			lines: []string{pos("a", t0, 0, -1), pos("b", t0+89_999, 0, -1), pos("c", t0+95_000, 0, -1)},
+			check: func(t *testing.T, recs []map[string]any, st engine.Stats) {
+				wantRejected(t, recs, 3, "courier_limit")
+				if st.Evicted != 0 {
+					t.Errorf("got %d evicted, want 0", st.Evicted)
+				}
+			},
+		},
+		{
+			// restore_ttl 120 s: b moves wm to t0+120s = a's latest + ttl, a
+			// is forgotten and c finds a free place (no eviction). a comes
+			// back afresh: no signal_restored, no segment.
+			name:  "place freed by forgetting at exactly latest + restore_ttl",
+			setup: limit(2, 120_000),
+			lines: []string{pos("a", t0, 0, -1), pos("b", t0+150_000, 0, -1), pos("c", t0+150_000, 0, -1), pos("b", t0+180_000, 0, -1), pos("a", t0+180_000, 0.01, -1)},
+			check: func(t *testing.T, recs []map[string]any, st engine.Stats) {
+				if st.Evicted != 0 || len(ofType(recs, "rejected")) != 1 {
+					t.Errorf("got %d evicted, rejected %v; want c in a free place, then a refused", st.Evicted, ofType(recs, "rejected"))
+				}
+				wantRejected(t, recs, 5, "courier_limit")
+			},
+		},
+		{
+			name:  "1 ms before latest + restore_ttl: still tracked, evicted instead",
+			setup: limit(2, 120_000),
+			lines: []string{pos("a", t0, 0, -1), pos("b", t0+149_999, 0, -1), pos("c", t0+150_000, 0, -1)},
+			check: func(t *testing.T, recs []map[string]any, st engine.Stats) {
+				if st.Evicted != 1 || len(ofType(recs, "rejected")) != 0 {
+					t.Errorf("got %d evicted, rejected %v; want a evicted for c", st.Evicted, ofType(recs, "rejected"))
+				}
+			},
+		},
+		{
+			name:  "forgotten courier starts afresh",
+			setup: limit(10, 120_000),
+			lines: []string{pos("a", t0, 0, -1), pos("b", t0+150_000, 0, -1), pos("a", t0+150_000, 0.01, -1)},
+			check: func(t *testing.T, recs []map[string]any, _ engine.Stats) {
+				if r := ofType(recs, "signal_restored"); len(r) != 0 {
+					t.Errorf("got %v, want no signal_restored for a forgotten courier", r)
+				}
+				if r := find(recs, "distance", "a", "window_start_ms", t0+120_000); r == nil || num(t, r, "positions") != 1 || r["distance_m"].(fmt.Stringer).String() != "0" {
+					t.Errorf("got %v, want a's window with one position and no segment", r)
+				}
+			},
+		},
+		{
+			name:  "1 ms before restore_ttl: remembered",
+			setup: limit(10, 120_000),
+			lines: []string{pos("a", t0, 0, -1), pos("b", t0+149_999, 0, -1), pos("a", t0+150_000, 0.01, -1)},
+			check: func(t *testing.T, recs []map[string]any, _ engine.Stats) {
+				if r := ofType(recs, "signal_restored"); len(r) != 1 || r[0]["courier"] != "a" {
+					t.Errorf("got %v, want a's signal_restored", r)
+				}
+			},
+		},
+		{
+			// Late positions count for latest: a's position at t0+50s, late
+			// for both operators, keeps it tracked until wm >= t0+170s.
+			name:  "late positions count for latest",
+			setup: limit(10, 120_000),
+			lines: []string{pos("a", t0, 0, -1), pos("b", t0+140_000, 0, -1), pos("a", t0+50_000, 0, -1), pos("b", t0+199_999, 0, -1), pos("a", t0+200_000, 0.01, -1)},
+			check: func(t *testing.T, recs []map[string]any, _ engine.Stats) {
+				wantLate(t, recs, "a", "distance", t0+110_000)
+				wantLate(t, recs, "a", "session", t0+110_000)
+				if r := ofType(recs, "signal_restored"); len(r) != 1 || r[0]["courier"] != "a" {
+					t.Errorf("got %v, want a remembered (latest t0+100s) and restored", r)
+				}
+			},
+		},
+		{
+			// b and a tie on latest t0; c (refused) moves wm to t0+60s, so
+			// both are evictable; d evicts a, the smaller id, though b
+			// arrived first. b keeps its pending signal_restored; a comes
+			// back to a full table and is refused.
+			name:  "eviction tie: smallest courier id",
+			setup: limit(2, 24*3600_000),
+			lines: []string{pos("b", t0, 0, -1), pos("a", t0, 0, -1), pos("c", t0+90_000, 0, -1), pos("d", t0+90_000, 0, -1), pos("b", t0+95_000, 0, -1), pos("a", t0+95_000, 0, -1)},
+			check: func(t *testing.T, recs []map[string]any, st engine.Stats) {
+				wantRejected(t, recs, 3, "courier_limit")
+				wantRejected(t, recs, 6, "courier_limit")
+				if r := ofType(recs, "signal_restored"); len(r) != 1 || r[0]["courier"] != "b" {
+					t.Errorf("got %v, want b's signal_restored (a was evicted)", r)
+				}
+				if st.Evicted != 1 {
+					t.Errorf("got %d evicted, want 1", st.Evicted)
+				}
+			},
+		},
+		{
+			// gap 2 min keeps a's session open when the window of t0 has
+			// fired; the second position at t0 is then late for distance,
+			// not a duplicate, and merges: the first stays the latest.
+			name:  "session latest position tie: the one accepted first",
+			setup: func(c *engine.Config) { c.Gap = 120_000 },
+			lines: []string{pos("a", t0, 0, -1), pos("b", t0+90_000, 0, -1), pos("a", t0, 0.5, -1)},
+			check: func(t *testing.T, recs []map[string]any, _ engine.Stats) {
+				wantLate(t, recs, "a", "distance", t0+60_000)
+				r := find(recs, "no_signal", "a", "last_seen_ms", t0)
+				if r == nil || fmt.Sprint(r["last_lat"]) != "41" {
+					t.Errorf("got %v, want a's no_signal at the first position (lat 41)", r)
+				}
+			},
+		},
+		{
+			// 5-minute windows: wm t0+200s; a's position at t0+100s belongs
+			// to the windows starting t0-180s..t0+60s, of which those
+			// starting t0-180s and t0-120s had ended.
+			name:  "missed memberships",
+			setup: func(c *engine.Config) { c.Size = 300_000 },
+			lines: []string{pos("b", t0+230_000, 0, -1), pos("a", t0+100_000, 0, -1)},
+			check: func(t *testing.T, recs []map[string]any, st engine.Stats) {
+				if st.MissedMemberships != 2 {
+					t.Errorf("got %d missed memberships, want 2", st.MissedMemberships)
+				}
+			},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := cfg()
+			if tc.setup != nil {
+				tc.setup(&c)
+			}
+			input := []byte(strings.Join(tc.lines, "\n") + "\n")
+			var out bytes.Buffer
+			sum, err := Run(c, bytes.NewReader(input), &out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			recs, _ := replayRecords(t, c, input)
+			tc.check(t, recs, sum.Stats)
+			compare(t, tc.name, c, input)
+		})
+	}
+}
+
+// find returns the first record of type typ and courier whose field k
+// equals v (v nil: k absent or false).
+func find(recs []map[string]any, typ, courier, k string, v any) map[string]any {
+	for _, r := range recs {
+		if r["type"] != typ || r["courier"] != courier {
+			continue
+		}
+		got, ok := r[k]
+		if v == nil && (!ok || got == false) || v != nil && fmt.Sprint(got) == fmt.Sprint(v) {
+			return r
+		}
+	}
+	return nil
+}
+
+func wantLate(t *testing.T, recs []map[string]any, courier, op string, wm int64) {
+	t.Helper()
+	r := find(recs, "late", courier, "operator", op)
+	if r == nil || num(t, r, "watermark_ms") != wm {
+		t.Errorf("got %v, want %s late for %s at watermark %d", r, courier, op, wm)
+	}
+}
+
+func wantRejected(t *testing.T, recs []map[string]any, line int64, reason string) {
+	t.Helper()
+	for _, r := range ofType(recs, "rejected") {
+		if num(t, r, "line") == line {
+			if r["reason"] != reason {
+				t.Errorf("line %d rejected as %v, want %s", line, r["reason"], reason)
+			}
+			return
+		}
+	}
+	t.Errorf("line %d not rejected, want %s", line, reason)
+}
