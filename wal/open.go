@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -107,9 +108,10 @@ type RepairReport struct {
 	// Index is the index the first dropped entry had; the next Append
 	// gets it.
 	Index uint64
-	// EntriesDropped counts the entries cut off, best effort: the records
-	// whose length prefix still fits, plus one for a trailing partial
-	// record. A kill -9 mid-write gives 1.
+	// EntriesDropped counts the entries cut off: every good record after
+	// the damage (found again past a damaged length prefix), plus one for
+	// each damaged stretch. A kill -9 mid-write gives 1; a flipped byte in
+	// the length prefix of the first of 9 entries gives 9.
 	EntriesDropped int
 	// Cause is what was wrong with the first bad entry (wraps ErrMalformed
 	// for a torn write, ErrChecksum for a flipped bit).
@@ -117,7 +119,9 @@ type RepairReport struct {
 }
 
 // Open opens or creates the log in dir, which the log owns: nothing else
-// should write there. A missing dir is created.
+// should write there. A missing dir is created with mode 0700, segment files
+// with 0600; an existing dir and its files lose any group and other access
+// (an older binary made them 0750/0640), logged if that fails.
 //
 // Every segment is read and every entry's CRC checked. A torn or corrupt
 // tail (kill -9 mid-write, zeros after a power cut) is repaired: the last
@@ -138,9 +142,10 @@ func Open(dir string, opt Options, log *slog.Logger) (*Log, RepairReport, error)
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	if err := os.MkdirAll(dir, dirPerm); err != nil {
 		return nil, RepairReport{}, fmt.Errorf("wal: create dir %s: %w", dir, err)
 	}
+	tightenPerms(dir, log)
 	tw, rep, err := openRepaired(dir, opt, log)
 	if err != nil {
 		return nil, rep, err
@@ -166,8 +171,42 @@ func tidwallOptions(opt Options) *twal.Options {
 		SegmentCacheSize: 2,
 		NoCopy:           true, // decodeFrame copies what it must
 		AllowEmpty:       true, // TruncateFront may drop everything
-		DirPerms:         0o750,
-		FilePerms:        0o640,
+		DirPerms:         dirPerm,
+		FilePerms:        filePerm,
+	}
+}
+
+// The log holds courier ids and positions: only its owner may read it.
+const (
+	dirPerm  = 0o700
+	filePerm = 0o600
+)
+
+// tightenPerms takes group and other access away from dir and its files, for
+// a log an older binary created with 0750/0640. A file it cannot change (not
+// its owner) is logged, not fatal: the log still works, only less private.
+func tightenPerms(dir string, log *slog.Logger) {
+	chmod := func(path string, perm os.FileMode) {
+		fi, err := os.Stat(path)
+		if err == nil && fi.Mode().Perm()&^perm == 0 {
+			return
+		}
+		if err == nil {
+			err = os.Chmod(path, fi.Mode().Perm()&perm)
+		}
+		if err != nil {
+			log.Warn("wal: cannot restrict permissions", "path", path, "want", fmt.Sprintf("%#o", perm), "err", err)
+		}
+	}
+	chmod(dir, dirPerm)
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return // Open reports it
+	}
+	for _, de := range des {
+		if de.Type().IsRegular() {
+			chmod(filepath.Join(dir, de.Name()), filePerm)
+		}
 	}
 }
 
