@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
 	twal "github.com/tidwall/wal"
+
+	"github.com/km0/edgeproc/internal/private"
 )
 
 // SyncMode says when an appended entry counts as durable.
@@ -142,10 +143,12 @@ func Open(dir string, opt Options, log *slog.Logger) (*Log, RepairReport, error)
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if err := os.MkdirAll(dir, dirPerm); err != nil {
+	if err := os.MkdirAll(dir, private.DirMode); err != nil {
 		return nil, RepairReport{}, fmt.Errorf("wal: create dir %s: %w", dir, err)
 	}
-	tightenPerms(dir, log)
+	for _, err := range private.Restrict(dir) {
+		log.Warn("wal: cannot make the log private", "err", err)
+	}
 	tw, rep, err := openRepaired(dir, opt, log)
 	if err != nil {
 		return nil, rep, err
@@ -171,42 +174,8 @@ func tidwallOptions(opt Options) *twal.Options {
 		SegmentCacheSize: 2,
 		NoCopy:           true, // decodeFrame copies what it must
 		AllowEmpty:       true, // TruncateFront may drop everything
-		DirPerms:         dirPerm,
-		FilePerms:        filePerm,
-	}
-}
-
-// The log holds courier ids and positions: only its owner may read it.
-const (
-	dirPerm  = 0o700
-	filePerm = 0o600
-)
-
-// tightenPerms takes group and other access away from dir and its files, for
-// a log an older binary created with 0750/0640. A file it cannot change (not
-// its owner) is logged, not fatal: the log still works, only less private.
-func tightenPerms(dir string, log *slog.Logger) {
-	chmod := func(path string, perm os.FileMode) {
-		fi, err := os.Stat(path)
-		if err == nil && fi.Mode().Perm()&^perm == 0 {
-			return
-		}
-		if err == nil {
-			err = os.Chmod(path, fi.Mode().Perm()&perm)
-		}
-		if err != nil {
-			log.Warn("wal: cannot restrict permissions", "path", path, "want", fmt.Sprintf("%#o", perm), "err", err)
-		}
-	}
-	chmod(dir, dirPerm)
-	des, err := os.ReadDir(dir)
-	if err != nil {
-		return // Open reports it
-	}
-	for _, de := range des {
-		if de.Type().IsRegular() {
-			chmod(filepath.Join(dir, de.Name()), filePerm)
-		}
+		DirPerms:         private.DirMode,
+		FilePerms:        private.FileMode,
 	}
 }
 
