@@ -633,6 +633,7 @@ func (b *Bridge) Close(ctx context.Context) error {
 		// Fails what is still in flight (the callbacks find nothing to
 		// retry any more) and drops the reply subscription.
 		b.js.CleanupPublisher()
+		b.kvJS.CleanupPublisher()
 		if flushErr != nil || kvErr != nil {
 			b.closeErr = fmt.Errorf("bridge: close: %w", errors.Join(flushErr, kvErr))
 		}

@@ -307,6 +307,14 @@ func TestClose(t *testing.T) {
 	if err := b.Close(ctx); err != nil {
 		t.Errorf("second close: got %v, want nil", err)
 	}
+	// The KV calls after Close are ignored, without blocking or panicking.
+	b.UpdatePosition([]byte("van-1"), 1, 1, 1)
+	b.MarkNoSignal("van-1", 1, 1, 1)
+	b.MarkOnline("van-1")
+	b.UpdateCourier(bridge.CourierState{Courier: "van-1", Status: bridge.StatusOnline})
+	if st := b.Stats(); st.KVWrites != 0 || st.KVCouriers != 0 {
+		t.Errorf("after Close: %+v, want no KV state", st)
+	}
 }
 
 func TestClose_ReportsUnackedWhenDown(t *testing.T) {
