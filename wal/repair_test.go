@@ -2,6 +2,7 @@ package wal
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"log/slog"
 	"math/rand/v2"
@@ -316,4 +317,57 @@ func TestLog_ReplayDetectsLaterDamage(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Index != recs[3].index || !errors.Is(err, ErrChecksum) {
 		t.Fatalf("got %v, want a checksum *CorruptError at index %d", err, recs[3].index)
 	}
+}
+
+// countDropped reads damaged bytes: it must never panic, count at least one
+// entry for any damage, never more than there are bytes, and find every
+// good record placed after a damaged stretch.
+func FuzzCountDropped(f *testing.F) {
+	rec := func(e Entry) []byte {
+		frame := appendFrame(nil, e)
+		return append(binary.AppendUvarint(nil, uint64(len(frame))), frame...)
+	}
+	f.Add([]byte{0xff, 0xff, 0x7f}, uint8(3))
+	f.Add(make([]byte, 40), uint8(0))
+	f.Add(rec(Entry{Topic: "t", Payload: []byte("p")})[3:], uint8(8))
+	f.Fuzz(func(t *testing.T, junk []byte, good uint8) {
+		if len(junk) == 0 || goodRecordAt(junk) {
+			return // not damage
+		}
+		data := append([]byte(nil), junk...)
+		for i := range int(good % 16) {
+			data = append(data, rec(Entry{Arrival: int64(i), Topic: "couriers/x", Payload: []byte{byte(i)}})...)
+		}
+		n := countDropped(data)
+		if n < 1 || n > len(data) {
+			t.Fatalf("countDropped = %d for %d bytes", n, len(data))
+		}
+		// The junk may swallow the first good records (a length prefix
+		// that runs into them) but never hide the ones after it.
+		if want := int(good % 16); n < 1+want-countGoodIn(junk, data) {
+			t.Fatalf("countDropped = %d, want at least the %d good records after the junk", n, want)
+		}
+	})
+}
+
+// countGoodIn bounds how many of the good records after junk a damaged
+// length prefix in junk can swallow: those starting within the longest
+// record the junk's bytes could announce.
+func countGoodIn(junk, data []byte) int {
+	longest := 0
+	for off := range junk {
+		if size, n := binary.Uvarint(junk[off:]); n > 0 && size < uint64(len(data)) {
+			longest = max(longest, off+n+int(size))
+		}
+	}
+	swallowed := 0
+	for off := len(junk); off < len(data) && off < longest; {
+		n, _, err := nextRecord(data[off:])
+		if err != nil {
+			break
+		}
+		swallowed++
+		off += n
+	}
+	return swallowed
 }
