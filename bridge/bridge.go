@@ -15,6 +15,23 @@
 // The bridge never closes the *nats.Conn it is given. That connection should
 // reconnect forever (nats.MaxReconnects(-1)); should it close anyway, results
 // wait, counted as pending, until Close gives up on them.
+//
+// A stream or bucket that disappears from the server (deleted, or NATS
+// restarted on an empty store) shows as publishes nobody answers. The bridge
+// then looks the stream up and, if it is gone, creates it again with a
+// warning saying what was lost (every result it held; for the bucket, the
+// states, which the bridge rewrites from its table of every courier's newest
+// state), and the pending publishes are retried into it, so delivery goes on.
+// StreamReady tells whether the stream is there and acking.
+//
+// The courier bucket is written as kv.go describes: one writer, newest
+// timestamp wins, positions coalesced per Config.KVInterval, status changes
+// at once. The bucket itself has no limit on its keys (History 1, no
+// MaxValues or MaxBytes); the bridge's table holds Config.MaxCouriers
+// couriers and makes room by evicting the least recently updated one, so
+// the bucket never stops updating at any count. (Before, the coalescer
+// refused every courier past 100000, its default cap, so their statuses
+// were never written.)
 package bridge
 
 import (
@@ -75,9 +92,22 @@ type Stats struct {
 	KVWrites uint64
 	// KVErrors counts failed courier-state writes (they are retried).
 	KVErrors uint64
-	// KVRefused counts courier updates dropped because the coalescer was
-	// tracking Config.MaxCouriers couriers, or the courier id was empty.
+	// KVRefused counts courier updates refused for an empty courier id.
 	KVRefused uint64
+	// KVEvicted counts couriers evicted from the table to make room for a
+	// new one at Config.MaxCouriers (a pending state of theirs is written
+	// once more first).
+	KVEvicted uint64
+	// KVWaits counts courier updates that waited for the writer because its
+	// inbox was full.
+	KVWaits uint64
+	// KVCouriers is the number of couriers in the table (a gauge).
+	KVCouriers int
+	// StreamRecreated and KVRecreated count the times the stream or the
+	// bucket was found missing on the server and created again.
+	StreamRecreated, KVRecreated uint64
+	// StreamReady is StreamReady() (a gauge).
+	StreamReady bool
 }
 
 // item is one accepted result; it holds one slot until it is acked.
@@ -98,8 +128,11 @@ type Bridge struct {
 	cfg Config
 	nc  *nats.Conn
 	js  jetstream.JetStream
-	kv  jetstream.KeyValue
-	log *slog.Logger
+	// kvJS publishes the courier writes: its own async window, apart from
+	// the results'.
+	kvJS jetstream.JetStream
+	log  *slog.Logger
+	now  func() time.Time // the KV writer's clock; tests may simulate it
 
 	// slots holds one token per accepted, unacked result: its capacity is
 	// the in-flight bound.
@@ -125,19 +158,34 @@ type Bridge struct {
 
 	published, acked, duplicates, errs, retries atomic.Uint64
 	kvWrites, kvErrors, kvRefused               atomic.Uint64
+	kvEvicted, kvWaits                          atomic.Uint64
+	streamRecreated, kvRecreated                atomic.Uint64
+	kvCouriers                                  atomic.Int64
+
+	// streamLost is set when a publish found no stream; streamOK while
+	// publishes are acked (cleared by a failure, set by an ack). kvLost is
+	// streamLost for the bucket.
+	streamLost, streamOK, kvLost atomic.Bool
+	lostAt                       time.Time // retry loop's last stream look-up
 
 	pubLog ratelog.Limiter
 	kvLog  ratelog.Limiter
 
-	kvMu     sync.Mutex
-	couriers map[string]*courierEntry
-	kvWake   chan struct{}
+	in     kvInbox
+	table  kvTable        // the KV writer's
+	kvWake chan struct{}  // capacity 1
+	kvTick chan kvTickReq // tests: a tick now
 }
 
 // Open creates or updates the market's stream and courier bucket on nc and
 // starts the bridge's retry and KV goroutines. ctx bounds only the set-up
 // calls. A nil log discards logs.
 func Open(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) (*Bridge, error) {
+	return open(ctx, nc, cfg, log, time.Now)
+}
+
+// open is Open with the KV writer's clock.
+func open(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger, now func() time.Time) (*Bridge, error) {
 	if nc == nil {
 		return nil, errors.New("bridge: open: nil NATS connection")
 	}
@@ -160,9 +208,12 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) (*Br
 		stop:        make(chan struct{}),
 		pubLog:      ratelog.Limiter{Every: errLogEvery},
 		kvLog:       ratelog.Limiter{Every: errLogEvery},
-		couriers:    make(map[string]*courierEntry),
 		kvWake:      make(chan struct{}, 1),
+		kvTick:      make(chan kvTickReq),
+		now:         now,
+		table:       kvTable{m: make(map[string]*courierEntry)},
 	}
+	b.in.space = sync.NewCond(&b.in.mu)
 	js, err := jetstream.New(nc,
 		// The bridge's own slots are the real bound; the library's is set
 		// above it so that it never stalls a resend on stale entries.
@@ -175,32 +226,114 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) (*Br
 		return nil, fmt.Errorf("bridge: open: jetstream: %w", err)
 	}
 	b.js = js
-
-	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        cfg.Stream,
-		Description: "edgeproc results of market " + cfg.Market,
-		Subjects:    cfg.streamSubjects(),
-		Storage:     jetstream.FileStorage,
-		Duplicates:  cfg.DuplicateWindow,
-	}); err != nil {
-		return nil, fmt.Errorf("bridge: open: create or update stream %s: %w", cfg.Stream, err)
-	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      cfg.KVBucket,
-		Description: "edgeproc courier state of market " + cfg.Market,
-		History:     1,
-		Storage:     jetstream.FileStorage,
-	})
+	kvJS, err := jetstream.New(nc,
+		jetstream.WithPublishAsyncMaxPending(2*kvChunk),
+		jetstream.WithPublishAsyncTimeout(cfg.AckTimeout),
+	)
 	if err != nil {
-		return nil, fmt.Errorf("bridge: open: create or update kv bucket %s: %w", cfg.KVBucket, err)
+		return nil, fmt.Errorf("bridge: open: jetstream: %w", err)
 	}
-	b.kv = kv
+	b.kvJS = kvJS
+
+	if err := b.createStream(ctx); err != nil {
+		return nil, fmt.Errorf("bridge: open: %w", err)
+	}
+	if err := b.createBucket(ctx); err != nil {
+		return nil, fmt.Errorf("bridge: open: %w", err)
+	}
+	b.streamOK.Store(true)
 
 	b.runCtx, b.cancelRun = context.WithCancel(context.Background())
 	b.wg.Add(2)
 	go b.retryLoop()
 	go b.kvLoop()
 	return b, nil
+}
+
+func (b *Bridge) createStream(ctx context.Context) error {
+	if _, err := b.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        b.cfg.Stream,
+		Description: "edgeproc results of market " + b.cfg.Market,
+		Subjects:    b.cfg.streamSubjects(),
+		Storage:     jetstream.FileStorage,
+		Duplicates:  b.cfg.DuplicateWindow,
+	}); err != nil {
+		return fmt.Errorf("create or update stream %s: %w", b.cfg.Stream, err)
+	}
+	return nil
+}
+
+func (b *Bridge) createBucket(ctx context.Context) error {
+	// History 1 and no MaxValues/MaxBytes: one value per courier, any
+	// number of couriers.
+	if _, err := b.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      b.cfg.KVBucket,
+		Description: "edgeproc courier state of market " + b.cfg.Market,
+		History:     1,
+		Storage:     jetstream.FileStorage,
+	}); err != nil {
+		return fmt.Errorf("create or update kv bucket %s: %w", b.cfg.KVBucket, err)
+	}
+	return nil
+}
+
+// recreateStream runs in the retry loop after a publish found no stream: if
+// the stream is really gone (not merely loading after a server restart) it
+// is created again, with a warning.
+func (b *Bridge) recreateStream() {
+	ctx, cancel := context.WithTimeout(b.runCtx, b.cfg.AckTimeout)
+	defer cancel()
+	_, err := b.js.Stream(ctx, b.cfg.Stream)
+	if err == nil {
+		b.streamLost.Store(false) // it is there: the miss was transient
+		return
+	}
+	if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		b.log.Warn("bridge: cannot look up the stream after a publish found none", "stream", b.cfg.Stream, "err", err)
+		return
+	}
+	if err := b.createStream(ctx); err != nil {
+		b.log.Warn("bridge: stream missing on the server, cannot recreate it yet", "stream", b.cfg.Stream, "err", err)
+		return
+	}
+	b.streamLost.Store(false)
+	b.streamRecreated.Add(1)
+	b.log.Warn("bridge: stream was missing on the server (deleted, or NATS lost its store) and has been recreated: every result it held before is lost, and re-emitted results are no longer deduplicated against them; pending results are being re-sent",
+		"stream", b.cfg.Stream, "pending", len(b.slots))
+}
+
+// recreateBucket is recreateStream for the courier bucket, run by the KV
+// writer; the table's states are all written again.
+func (b *Bridge) recreateBucket(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.AckTimeout)
+	defer cancel()
+	_, err := b.js.KeyValue(ctx, b.cfg.KVBucket)
+	if err == nil {
+		b.kvLost.Store(false)
+		return
+	}
+	if !errors.Is(err, jetstream.ErrBucketNotFound) {
+		b.logKV("bridge: cannot look up the courier bucket after a write found none", "", err)
+		return
+	}
+	if err := b.createBucket(ctx); err != nil {
+		b.logKV("bridge: courier bucket missing on the server, cannot recreate it yet", "", err)
+		return
+	}
+	b.kvLost.Store(false)
+	b.kvRecreated.Add(1)
+	for _, e := range b.table.m {
+		e.dirty, e.lastWrite = true, time.Time{}
+	}
+	b.log.Warn("bridge: courier bucket was missing on the server (deleted, or NATS lost its store) and has been recreated: every courier state it held is lost; rewriting the newest state of each courier known",
+		"bucket", b.cfg.KVBucket, "couriers", len(b.table.m))
+}
+
+// StreamReady reports whether results are being delivered: the connection
+// is up, the stream exists, and the latest publish outcome was an ack (a
+// failed or timed-out attempt clears it until the next ack).
+func (b *Bridge) StreamReady() bool {
+	return b.nc.IsConnected() && !b.streamLost.Load() && b.streamOK.Load()
 }
 
 // Config returns the bridge's configuration with defaults applied.
@@ -304,6 +437,7 @@ func (b *Bridge) onAck(_ jetstream.JetStream, msg *nats.Msg, ack *jetstream.PubA
 	b.mu.Unlock()
 
 	b.acked.Add(1)
+	b.streamOK.Store(true)
 	if ack != nil && ack.Duplicate {
 		b.duplicates.Add(1)
 	}
@@ -325,6 +459,10 @@ func (b *Bridge) onErr(_ jetstream.JetStream, msg *nats.Msg, err error) {
 		return
 	}
 	b.errs.Add(1)
+	b.streamOK.Store(false)
+	if isNoStream(err) {
+		b.streamLost.Store(true)
+	}
 	delay := backoff(it.attempt, b.cfg.MaxBackoff)
 	it.attempt++
 	it.notBefore = time.Now().Add(delay)
@@ -360,6 +498,10 @@ func (b *Bridge) retryLoop() {
 			if !b.sleep(connPoll) {
 				return
 			}
+		}
+		if b.streamLost.Load() && time.Since(b.lostAt) >= recreateEvery {
+			b.lostAt = time.Now()
+			b.recreateStream()
 		}
 		b.retries.Add(1)
 		if msg, err := b.send(it); err != nil {
@@ -450,6 +592,13 @@ func (b *Bridge) Stats() Stats {
 		KVWrites:   b.kvWrites.Load(),
 		KVErrors:   b.kvErrors.Load(),
 		KVRefused:  b.kvRefused.Load(),
+
+		KVEvicted:       b.kvEvicted.Load(),
+		KVWaits:         b.kvWaits.Load(),
+		KVCouriers:      int(b.kvCouriers.Load()),
+		StreamRecreated: b.streamRecreated.Load(),
+		KVRecreated:     b.kvRecreated.Load(),
+		StreamReady:     b.StreamReady(),
 	}
 }
 
@@ -468,15 +617,23 @@ func (b *Bridge) Close(ctx context.Context) error {
 		b.mu.Lock()
 		b.closed = true
 		b.mu.Unlock()
+		b.in.mu.Lock()
+		b.in.closed = true // updates from now on are ignored
+		b.in.space.Broadcast()
+		b.in.mu.Unlock()
 
 		flushErr := b.Flush(ctx)
 		close(b.stop)
 		b.cancelRun()
 		b.wg.Wait()
-		kvErr := b.flushKV(ctx, time.Now(), true)
+		// The writer has stopped: Close owns the table now.
+		now := b.now()
+		b.drain(now)
+		kvErr := b.writeKV(ctx, now, true, true)
 		// Fails what is still in flight (the callbacks find nothing to
 		// retry any more) and drops the reply subscription.
 		b.js.CleanupPublisher()
+		b.kvJS.CleanupPublisher()
 		if flushErr != nil || kvErr != nil {
 			b.closeErr = fmt.Errorf("bridge: close: %w", errors.Join(flushErr, kvErr))
 		}

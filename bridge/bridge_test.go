@@ -307,6 +307,14 @@ func TestClose(t *testing.T) {
 	if err := b.Close(ctx); err != nil {
 		t.Errorf("second close: got %v, want nil", err)
 	}
+	// The KV calls after Close are ignored, without blocking or panicking.
+	b.UpdatePosition([]byte("van-1"), 1, 1, 1)
+	b.MarkNoSignal("van-1", 1, 1, 1)
+	b.MarkOnline("van-1")
+	b.UpdateCourier(bridge.CourierState{Courier: "van-1", Status: bridge.StatusOnline})
+	if st := b.Stats(); st.KVWrites != 0 || st.KVCouriers != 0 {
+		t.Errorf("after Close: %+v, want no KV state", st)
+	}
 }
 
 func TestClose_ReportsUnackedWhenDown(t *testing.T) {
@@ -509,14 +517,17 @@ func TestUpdateCourier_StatusChangeWrittenAtOnce(t *testing.T) {
 	}
 }
 
-func TestUpdateCourier_RefusedWhenFull(t *testing.T) {
+// At MaxCouriers the least recently updated courier makes room: every
+// courier is still written (the bucket never stops updating), and the
+// evicted courier's unwritten state is written before it leaves.
+func TestUpdateCourier_EvictsLeastRecentWhenFull(t *testing.T) {
 	srv := testenv.StartNATS(t)
 	nc := srv.Connect(t)
 	cfg := bridge.Config{Market: "girona", MaxCouriers: 2, KVInterval: time.Minute}
 	b := mustOpen(t, nc, cfg)
 
-	for _, c := range []string{"a", "b", "c", "a", ""} {
-		b.UpdateCourier(bridge.CourierState{Courier: c, Status: bridge.StatusOnline})
+	for _, c := range []string{"a", "b", "c", "a", "d", ""} {
+		b.UpdateCourier(bridge.CourierState{Courier: c, TS: 5, Status: bridge.StatusOnline})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -524,19 +535,13 @@ func TestUpdateCourier_RefusedWhenFull(t *testing.T) {
 		t.Fatalf("close: %v", err)
 	}
 	st := b.Stats()
-	if st.KVRefused != 2 {
-		t.Errorf("got KVRefused %d, want 2 (courier c beyond the cap, and the empty id)", st.KVRefused)
+	// c evicts a, a evicts b, d evicts c: the table holds a and d.
+	if st.KVRefused != 1 || st.KVEvicted != 3 || st.KVCouriers != 2 {
+		t.Errorf("got KVRefused %d, KVEvicted %d, KVCouriers %d; want 1 (the empty id), 3, 2", st.KVRefused, st.KVEvicted, st.KVCouriers)
 	}
-	if st.KVWrites != 2 {
-		t.Errorf("got KVWrites %d, want 2", st.KVWrites)
-	}
-	for _, c := range []struct {
-		id     string
-		stored bool
-	}{{"a", true}, {"b", true}, {"c", false}} {
-		cs, _ := kvState(t, nc, b.Config().KVBucket, c.id)
-		if (cs.Courier == c.id) != c.stored {
-			t.Errorf("courier %s: got stored %+v, want stored=%v", c.id, cs, c.stored)
+	for _, c := range []string{"a", "b", "c", "d"} {
+		if cs, _ := kvState(t, nc, b.Config().KVBucket, c); cs.Courier != c || cs.TS != 5 {
+			t.Errorf("courier %s: got stored %+v, want it written", c, cs)
 		}
 	}
 }
@@ -558,8 +563,10 @@ func TestUpdateCourier_WrittenAfterOutage(t *testing.T) {
 	if cs.Status != bridge.StatusNoSignal {
 		t.Errorf("got status %q, want %q", cs.Status, bridge.StatusNoSignal)
 	}
-	if b.Stats().KVErrors == 0 {
-		t.Errorf("got 0 KV errors, want the writes failed during the outage counted")
+	// While disconnected the writer attempts nothing (the states wait in
+	// its table, not in the connection's reconnect buffer).
+	if st := b.Stats(); st.KVWrites != 1 {
+		t.Errorf("got %d KV writes, want the 1 state written once, after the outage", st.KVWrites)
 	}
 }
 

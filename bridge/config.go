@@ -19,10 +19,11 @@ const (
 	// at once before Publish blocks.
 	DefaultMaxPending = 1024
 	// DefaultKVInterval is the minimum time between two KV writes of the
-	// same courier when its status does not change.
-	DefaultKVInterval = time.Second
-	// DefaultMaxCouriers caps the couriers the KV coalescer tracks at once.
-	DefaultMaxCouriers = 100_000
+	// same courier when its status does not change (config nats.kv_interval).
+	DefaultKVInterval = 15 * time.Second
+	// DefaultMaxCouriers caps the couriers the KV table holds (the
+	// contract's limits.max_couriers default).
+	DefaultMaxCouriers = 200_000
 	// DefaultAckTimeout is how long a publish waits for its ack before it is
 	// retried, and the timeout of one KV write.
 	DefaultAckTimeout = 5 * time.Second
@@ -71,10 +72,14 @@ type Config struct {
 	// Default "edgeproc_couriers_" + Market.
 	KVBucket string
 	// KVInterval is the minimum time between two writes of one courier's
-	// state while its status is unchanged. Default 1s.
+	// state while its status is unchanged: the bucket's position of a
+	// courier is at most 1.25 KVInterval older than the newest one given.
+	// Default 15s (config nats.kv_interval).
 	KVInterval time.Duration
-	// MaxCouriers caps the couriers tracked by the KV coalescer; updates of
-	// further couriers are refused and counted. Default 100000.
+	// MaxCouriers caps the couriers the KV table holds; at the cap the least
+	// recently updated courier makes room (counted in Stats.KVEvicted), so
+	// every courier keeps being written. Set it to the market's
+	// limits.max_couriers. Default 200000.
 	MaxCouriers int
 	// AckTimeout is how long one publish attempt waits for its ack, and the
 	// timeout of one KV write. Default 5s.

@@ -65,8 +65,8 @@ func TestConfig_Defaults(t *testing.T) {
 		DuplicateWindow: 10 * time.Minute,
 		MaxPending:      1024,
 		KVBucket:        "edgeproc_couriers_bcn-2",
-		KVInterval:      time.Second,
-		MaxCouriers:     100_000,
+		KVInterval:      15 * time.Second,
+		MaxCouriers:     200_000,
 		AckTimeout:      5 * time.Second,
 		MaxBackoff:      5 * time.Second,
 	}

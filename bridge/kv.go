@@ -3,8 +3,13 @@ package bridge
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"sync"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/km0/edgeproc/geo"
 )
@@ -31,231 +36,494 @@ type CourierState struct {
 	Status string `json:"status"`
 }
 
-// courierEntry is the coalescer's view of one courier.
+// The courier bucket has one writer: the KV goroutine (kvLoop), which owns a
+// table of every courier's newest state. UpdatePosition, MarkNoSignal,
+// MarkOnline and UpdateCourier only append to an inbox, under a mutex held
+// for the append alone; the writer swaps the inbox out and applies it in
+// call order. Because the table keeps each courier's newest timestamp and
+// status after writing it, newest-timestamp-wins holds across writes: a
+// courier leaves the table only when it is the least recently updated one
+// and a new courier needs its place (Config.MaxCouriers).
+//
+// Staleness bound: a status change (no_signal, online) and a courier's first
+// state are written at once: within milliseconds for MarkNoSignal,
+// MarkOnline and UpdateCourier, which wake the writer, and within
+// drainEvery (100 ms) for a position, which does not (a wake-up per
+// position would cost more than the write it saves); a position is written at
+// most once per Config.KVInterval per courier, the newest then, so the
+// bucket's position of a courier is at most 1.25 KVInterval behind the
+// newest one the bridge was given (the writer looks every KVInterval/4).
+// Writes are published asynchronously to the bucket's subjects
+// ($KV.<bucket>.<key>) in chunks of kvChunk, with one wait for a whole
+// chunk's acks instead of one round trip per write.
+const (
+	// maxInbox bounds the updates waiting for the writer: a caller finding
+	// it full waits (counted in Stats.KVWaits) until the writer swaps it.
+	maxInbox = 1 << 16
+	// kvChunk is how many writes are in flight at once.
+	kvChunk = 1024
+	// recreateEvery limits how often a lost stream or bucket is looked up
+	// and recreated.
+	recreateEvery = time.Second
+	// drainEvery is how often the writer applies its inbox and writes the
+	// urgent states it finds there, when nothing woke it sooner.
+	drainEvery = 100 * time.Millisecond
+)
+
+type updKind uint8
+
+const (
+	updPosition updKind = iota
+	updNoSignal
+	updOnline
+	updState
+)
+
+// kvUpdate is one call waiting in the inbox.
+type kvUpdate struct {
+	kind         updKind
+	idOff, idLen int32  // updPosition: the courier id in kvInbox.ids
+	id           string // the others
+	ts           int64
+	lat, lon     float64
+	cell, status string // updState
+}
+
+// kvInbox is where the callers leave updates for the writer.
+type kvInbox struct {
+	mu     sync.Mutex
+	space  *sync.Cond // broadcast when the writer swaps the inbox out, or at Close
+	ups    []kvUpdate
+	ids    []byte // courier ids of the updPosition entries, back to back
+	closed bool
+}
+
+// courierEntry is the table's view of one courier.
 type courierEntry struct {
-	state     CourierState // latest update, written or not
-	dirty     bool         // state not yet written
-	urgent    bool         // write at once: status changed or courier new
-	lastWrite time.Time
+	state      CourierState // newest state, written or not
+	dirty      bool         // state not yet written
+	urgent     bool         // queued in kvTable.urgent: write at once
+	lastWrite  time.Time
+	prev, next *courierEntry // least recently updated first
 }
 
-// UpdateCourier records a courier's latest state for the bucket without
-// blocking. Writes are coalesced: at most one per courier per
-// Config.KVInterval, except that a courier's first update and every status
-// change are written at once (by the background writer, within
-// milliseconds). The coalescer tracks at most Config.MaxCouriers couriers
-// (a courier leaves it one KVInterval after its last write); an update for
-// a further courier, or with an empty id, is dropped and counted in
-// Stats.KVRefused. Updates after Close are ignored.
-func (b *Bridge) UpdateCourier(cs CourierState) {
-	select {
-	case <-b.closing:
-		return
-	default:
+// kvTable is owned by the writer goroutine (and by Close once it stopped).
+type kvTable struct {
+	m          map[string]*courierEntry
+	head, tail *courierEntry
+	urgent     []*courierEntry
+	evicted    []CourierState // unwritten states of evicted couriers
+	spareUps   []kvUpdate
+	spareIDs   []byte
+	batch      []kvWrite
+	futures    []jetstream.PubAckFuture
+	lostAt     time.Time // last recreate attempt of the bucket
+}
+
+// kvTickReq is a test's tick: a ticker tick now, and a scan too if scan.
+type kvTickReq struct {
+	done chan struct{}
+	scan bool
+}
+
+// kvWrite is one state on its way to the bucket; e is nil for an evicted
+// courier.
+type kvWrite struct {
+	e  *courierEntry
+	cs CourierState
+}
+
+func (t *kvTable) unlink(e *courierEntry) {
+	if e.prev != nil {
+		e.prev.next = e.next
+	} else {
+		t.head = e.next
 	}
-	if cs.Courier == "" {
-		b.kvRefused.Add(1)
-		return
+	if e.next != nil {
+		e.next.prev = e.prev
+	} else {
+		t.tail = e.prev
 	}
-	b.kvMu.Lock()
-	e := trackLocked(b, cs.Courier)
-	if e == nil {
-		b.kvMu.Unlock()
-		return
+	e.prev, e.next = nil, nil
+}
+
+func (t *kvTable) pushBack(e *courierEntry) {
+	e.prev = t.tail
+	if t.tail != nil {
+		t.tail.next = e
+	} else {
+		t.head = e
 	}
-	if cs.Status != e.state.Status {
-		e.urgent = true
+	t.tail = e
+}
+
+// touch marks e as the most recently updated courier.
+func (t *kvTable) touch(e *courierEntry) {
+	if t.tail != e {
+		t.unlink(e)
+		t.pushBack(e)
 	}
-	e.state = cs
+}
+
+func (t *kvTable) markUrgent(e *courierEntry) {
 	e.dirty = true
-	urgent := e.urgent
-	b.kvMu.Unlock()
-	if urgent {
-		b.wakeKV()
+	if !e.urgent {
+		e.urgent = true
+		t.urgent = append(t.urgent, e)
 	}
 }
 
-// trackLocked returns the coalescer's entry for courier, adding it while
-// there is room; nil, counted in KVRefused, when MaxCouriers are tracked.
-// kvMu is held.
-func trackLocked[S string | []byte](b *Bridge, courier S) *courierEntry {
-	if e := b.couriers[string(courier)]; e != nil { // no allocation for a lookup
-		return e
+// entry returns the courier's entry, adding it (and making room) if it is
+// new; add reports which.
+func entry[S string | []byte](b *Bridge, courier S) (e *courierEntry, added bool) {
+	t := &b.table
+	if e := t.m[string(courier)]; e != nil { // no allocation for a lookup
+		return e, false
 	}
-	if len(b.couriers) >= b.cfg.MaxCouriers {
-		b.kvRefused.Add(1)
-		return nil
+	if len(t.m) >= b.cfg.MaxCouriers {
+		old := t.head
+		t.unlink(old)
+		delete(t.m, old.state.Courier)
+		if old.dirty {
+			t.evicted = append(t.evicted, old.state)
+		}
+		old.dirty, old.urgent = false, false // a queued urgent write skips it
+		b.kvEvicted.Add(1)
 	}
-	// Not written within the last KVInterval (else it would still be
-	// tracked): writing at once keeps the rate limit.
-	e := &courierEntry{urgent: true}
+	e = &courierEntry{}
 	e.state.Courier = string(courier)
-	b.couriers[e.state.Courier] = e
-	return e
+	t.m[e.state.Courier] = e
+	t.pushBack(e)
+	b.kvCouriers.Store(int64(len(t.m)))
+	return e, true
 }
 
-// kvLoop writes due courier states on a ticker, and at once when woken by
-// an urgent update.
-func (b *Bridge) kvLoop() {
-	defer b.wg.Done()
-	// A quarter of the interval: a coalesced state is written at most
-	// 1.25 intervals after the previous write.
-	t := time.NewTicker(max(b.cfg.KVInterval/4, 10*time.Millisecond))
-	defer t.Stop()
-	for {
-		select {
-		case <-b.stop:
-			return
-		case <-t.C:
-		case <-b.kvWake:
-		}
-		// Errors are counted and logged by flushKV; the states are retried.
-		_ = b.flushKV(b.runCtx, time.Now(), false)
+// push appends u (and, for a position, its courier id) to the inbox; it
+// reports false after Close.
+func (b *Bridge) push(u kvUpdate, id []byte) bool {
+	in := &b.in
+	in.mu.Lock()
+	for len(in.ups) >= maxInbox && !in.closed {
+		b.kvWaits.Add(1)
+		b.wakeKV()
+		in.space.Wait()
 	}
-}
-
-// flushKV writes every dirty courier state that is due (all of them if all
-// is set) and forgets couriers that are clean and were last written at
-// least one interval ago. On the first failed write it puts that state and
-// the rest back for the next round, since the others would most likely
-// fail the same way.
-func (b *Bridge) flushKV(ctx context.Context, now time.Time, all bool) error {
-	var batch []CourierState
-	b.kvMu.Lock()
-	for id, e := range b.couriers {
-		since := now.Sub(e.lastWrite)
-		switch {
-		case e.dirty && (all || e.urgent || since >= b.cfg.KVInterval):
-			batch = append(batch, e.state)
-			e.dirty, e.urgent, e.lastWrite = false, false, now
-		case !e.dirty && since >= b.cfg.KVInterval:
-			delete(b.couriers, id)
-		}
+	if in.closed {
+		in.mu.Unlock()
+		return false
 	}
-	b.kvMu.Unlock()
-
-	for i, cs := range batch {
-		if cs.Cell == "" && b.cfg.ComputeCell {
-			cs.Cell = geo.Cell(cs.Lat, cs.Lon, b.cfg.CellResolution).String()
-		}
-		val, err := json.Marshal(cs)
-		if err != nil {
-			// NaN or Inf coordinates: retrying cannot help.
-			b.kvErrors.Add(1)
-			b.logKV("bridge: encode courier state", cs.Courier, err)
-			continue
-		}
-		pctx, cancel := context.WithTimeout(ctx, b.cfg.AckTimeout)
-		_, err = b.kv.Put(pctx, CourierKey(cs.Courier), val)
-		cancel()
-		if err != nil {
-			b.kvErrors.Add(1)
-			b.logKV("bridge: write courier state, will retry", cs.Courier, err)
-			b.requeue(batch[i:])
-			return fmt.Errorf("write courier %s to %s: %w", cs.Courier, b.cfg.KVBucket, err)
-		}
-		b.kvWrites.Add(1)
+	if id != nil {
+		u.idOff, u.idLen = int32(len(in.ids)), int32(len(id))
+		in.ids = append(in.ids, id...)
 	}
-	return nil
-}
-
-// requeue marks states whose write failed as dirty and due, unless a newer
-// update has arrived meanwhile.
-func (b *Bridge) requeue(states []CourierState) {
-	b.kvMu.Lock()
-	defer b.kvMu.Unlock()
-	for _, cs := range states {
-		e := b.couriers[cs.Courier]
-		if e == nil {
-			if len(b.couriers) >= b.cfg.MaxCouriers {
-				b.kvRefused.Add(1)
-				continue
-			}
-			e = &courierEntry{}
-			b.couriers[cs.Courier] = e
-		}
-		if !e.dirty {
-			e.state, e.dirty = cs, true
-		}
-		e.lastWrite = time.Time{}
+	in.ups = append(in.ups, u)
+	n := len(in.ups)
+	in.mu.Unlock()
+	if n == maxInbox/4 {
+		b.wakeKV() // drain early, long before callers would wait
 	}
-}
-
-func (b *Bridge) logKV(msg, courier string, err error) {
-	if ok, suppressed := b.kvLog.Allow(); ok {
-		b.log.Warn(msg, "bucket", b.cfg.KVBucket, "courier", courier, "err", err, "suppressed", suppressed)
-	}
+	return true
 }
 
 // UpdatePosition records a courier's position (event time ts, ms) for the
 // bucket. It is the per-position path, called for every valid position: it
-// does not allocate for a courier already tracked and computes no cell (see
-// Config.ComputeCell). A position no newer than the last one recorded for the
-// courier is ignored, so a late or duplicate position never moves it back; a
-// newer one sets the status to StatusOnline. Writes are coalesced and
-// bounded as for UpdateCourier.
+// appends to the writer's inbox under a briefly held mutex, without
+// allocating (amortised) and without waking the writer, and computes no
+// cell (see Config.ComputeCell). A position no newer than the newest one
+// known for the courier is ignored, so a late or duplicate position never
+// moves it back; a newer one sets the status to StatusOnline (written at
+// once if it was not). Writes are coalesced as the package doc says.
 func (b *Bridge) UpdatePosition(courier []byte, ts int64, lat, lon float64) {
 	if len(courier) == 0 {
 		b.kvRefused.Add(1)
 		return
 	}
-	select {
-	case <-b.closing:
+	b.push(kvUpdate{kind: updPosition, ts: ts, lat: lat, lon: lon}, courier)
+}
+
+// MarkNoSignal sets a courier's status to StatusNoSignal, with the latest
+// position of its closed session (lastSeen, ms; lat, lon), written at once.
+// It is ignored when a newer position of the courier is known: results
+// reach the bridge after the positions that follow them, and a courier that
+// is back must stay online.
+func (b *Bridge) MarkNoSignal(courier string, lastSeen int64, lat, lon float64) {
+	if courier == "" {
+		b.kvRefused.Add(1)
 		return
-	default:
 	}
-	b.kvMu.Lock()
-	e := trackLocked(b, courier)
-	if e == nil || ts <= e.state.TS {
-		b.kvMu.Unlock()
-		return
-	}
-	if e.state.Status != StatusOnline {
-		e.urgent = true
-	}
-	e.state.Lat, e.state.Lon, e.state.TS, e.state.Cell = lat, lon, ts, ""
-	e.state.Status = StatusOnline
-	e.dirty = true
-	urgent := e.urgent
-	b.kvMu.Unlock()
-	if urgent {
+	if b.push(kvUpdate{kind: updNoSignal, id: courier, ts: lastSeen, lat: lat, lon: lon}, nil) {
 		b.wakeKV()
 	}
 }
 
-// MarkNoSignal sets a courier's status to StatusNoSignal, with the latest
-// position of its closed session (lastSeen, ms; lat, lon). It is ignored when
-// a newer position of the courier has been recorded meanwhile: results reach
-// the bridge after the positions that follow them, and a courier that is
-// back must stay online.
-func (b *Bridge) MarkNoSignal(courier string, lastSeen int64, lat, lon float64) {
-	b.kvMu.Lock()
-	if e := b.couriers[courier]; e != nil && e.state.TS > lastSeen {
-		b.kvMu.Unlock()
+// MarkOnline sets the status of a known courier to StatusOnline (a
+// signal_restored result), written at once. An unknown courier is left
+// alone: its last write came from a position, which is online already.
+func (b *Bridge) MarkOnline(courier string) {
+	if courier == "" {
+		b.kvRefused.Add(1)
 		return
 	}
-	b.kvMu.Unlock()
-	b.UpdateCourier(CourierState{Courier: courier, Lat: lat, Lon: lon, TS: lastSeen, Status: StatusNoSignal})
+	if b.push(kvUpdate{kind: updOnline, id: courier}, nil) {
+		b.wakeKV()
+	}
 }
 
-// MarkOnline sets the status of a tracked courier to StatusOnline (a
-// signal_restored result). An untracked courier is left alone: its last
-// write came from a position, which is online already.
-func (b *Bridge) MarkOnline(courier string) {
-	b.kvMu.Lock()
-	e := b.couriers[courier]
-	if e == nil || e.state.Status == StatusOnline {
-		b.kvMu.Unlock()
+// UpdateCourier records a courier's whole state, unless a newer one (by TS)
+// is known; a courier's first state and a status change are written at
+// once, others coalesced as the package doc says. An empty id is refused
+// and counted in Stats.KVRefused. Updates after Close are ignored.
+func (b *Bridge) UpdateCourier(cs CourierState) {
+	if cs.Courier == "" {
+		b.kvRefused.Add(1)
 		return
 	}
-	e.state.Status, e.dirty, e.urgent = StatusOnline, true, true
-	b.kvMu.Unlock()
-	b.wakeKV()
+	if b.push(kvUpdate{kind: updState, id: cs.Courier, ts: cs.TS, lat: cs.Lat, lon: cs.Lon, cell: cs.Cell, status: cs.Status}, nil) {
+		b.wakeKV()
+	}
 }
 
 func (b *Bridge) wakeKV() {
 	select {
 	case b.kvWake <- struct{}{}:
 	default: // a wake-up is already pending
+	}
+}
+
+// kvLoop is the courier bucket's one writer: it applies the inbox and
+// writes urgent states when woken and every drainEvery, and every due state
+// each KVInterval/4.
+func (b *Bridge) kvLoop() {
+	defer b.wg.Done()
+	scanEvery := max(b.cfg.KVInterval/4, 10*time.Millisecond)
+	t := time.NewTicker(min(drainEvery, scanEvery))
+	defer t.Stop()
+	var lastScan time.Time
+	for {
+		scan := false
+		var done chan struct{}
+		select {
+		case <-b.stop:
+			return
+		case <-t.C:
+		case req := <-b.kvTick:
+			done, scan = req.done, req.scan
+		case <-b.kvWake:
+		}
+		now := b.now()
+		if now.Sub(lastScan) >= scanEvery {
+			scan = true
+		}
+		if scan {
+			lastScan = now
+		}
+		b.drain(now)
+		// Errors are counted and logged by writeKV; the states are retried.
+		_ = b.writeKV(b.runCtx, now, scan, false)
+		if done != nil {
+			close(done)
+		}
+	}
+}
+
+// drain swaps the inbox out and applies it to the table in call order.
+func (b *Bridge) drain(now time.Time) {
+	t, in := &b.table, &b.in
+	in.mu.Lock()
+	ups, ids := in.ups, in.ids
+	in.ups, in.ids = t.spareUps[:0], t.spareIDs[:0]
+	in.space.Broadcast()
+	in.mu.Unlock()
+	for i := range ups {
+		b.apply(&ups[i], ids)
+	}
+	clear(ups) // drop the strings
+	t.spareUps, t.spareIDs = ups[:0], ids[:0]
+}
+
+// apply applies one update, newest timestamp winning.
+func (b *Bridge) apply(u *kvUpdate, ids []byte) {
+	t := &b.table
+	var (
+		e     *courierEntry
+		added bool
+	)
+	if u.kind == updPosition {
+		e, added = entry(b, ids[u.idOff:u.idOff+u.idLen])
+	} else if u.kind == updOnline {
+		if e = t.m[u.id]; e == nil {
+			return
+		}
+	} else {
+		e, added = entry(b, u.id)
+	}
+	s := &e.state
+	switch u.kind {
+	case updPosition:
+		if !added && u.ts <= s.TS {
+			return
+		}
+		s.Lat, s.Lon, s.TS, s.Cell = u.lat, u.lon, u.ts, ""
+		if s.Status != StatusOnline {
+			s.Status = StatusOnline
+			t.markUrgent(e)
+		}
+	case updNoSignal:
+		if !added && s.TS > u.ts {
+			return
+		}
+		if u.ts != s.TS || u.lat != s.Lat || u.lon != s.Lon {
+			s.Cell = ""
+		}
+		s.Lat, s.Lon, s.TS = u.lat, u.lon, u.ts
+		if s.Status != StatusNoSignal {
+			s.Status = StatusNoSignal
+			t.markUrgent(e)
+		}
+	case updOnline:
+		if s.Status == StatusOnline {
+			return
+		}
+		s.Status = StatusOnline
+		t.markUrgent(e)
+	case updState:
+		if !added && u.ts < s.TS {
+			return
+		}
+		if u.status != s.Status {
+			t.markUrgent(e)
+		}
+		*s = CourierState{Courier: s.Courier, Lat: u.lat, Lon: u.lon, TS: u.ts, Cell: u.cell, Status: u.status}
+	}
+	e.dirty = true
+	if added {
+		t.markUrgent(e) // first sight: written at once
+	}
+	t.touch(e)
+}
+
+// writeKV writes the urgent states and the evicted ones, and with scan
+// every dirty state that is due (all of them with all). A state whose write
+// fails is written again at the next scan.
+func (b *Bridge) writeKV(ctx context.Context, now time.Time, scan, all bool) error {
+	t := &b.table
+	if !b.nc.IsConnected() {
+		return errors.New("not connected") // states stay dirty; nothing piles up in the reconnect buffer
+	}
+	if b.kvLost.Load() && now.Sub(t.lostAt) >= recreateEvery {
+		t.lostAt = now
+		b.recreateBucket(ctx)
+	}
+	batch := t.batch[:0]
+	for _, e := range t.urgent {
+		if e.urgent && e.dirty {
+			batch = append(batch, kvWrite{e: e, cs: e.state})
+			e.dirty, e.lastWrite = false, now
+		}
+		e.urgent = false
+	}
+	clear(t.urgent)
+	t.urgent = t.urgent[:0]
+	for _, cs := range t.evicted {
+		batch = append(batch, kvWrite{cs: cs})
+	}
+	clear(t.evicted)
+	t.evicted = t.evicted[:0]
+	if scan {
+		for _, e := range t.m {
+			if e.dirty && (all || now.Sub(e.lastWrite) >= b.cfg.KVInterval) {
+				batch = append(batch, kvWrite{e: e, cs: e.state})
+				e.dirty, e.lastWrite = false, now
+			}
+		}
+	}
+	var first error
+	for start := 0; start < len(batch); start += kvChunk {
+		if err := b.writeChunk(ctx, batch[start:min(start+kvChunk, len(batch))]); err != nil && first == nil {
+			first = err
+		}
+	}
+	clear(batch)
+	t.batch = batch[:0]
+	return first
+}
+
+// writeChunk publishes ws asynchronously and waits for all their acks.
+func (b *Bridge) writeChunk(ctx context.Context, ws []kvWrite) error {
+	t := &b.table
+	futs := t.futures[:0]
+	for i := range ws {
+		w := &ws[i]
+		if w.cs.Cell == "" && b.cfg.ComputeCell {
+			w.cs.Cell = geo.Cell(w.cs.Lat, w.cs.Lon, b.cfg.CellResolution).String()
+			if w.e != nil && w.e.state.TS == w.cs.TS && w.e.state.Lat == w.cs.Lat && w.e.state.Lon == w.cs.Lon {
+				w.e.state.Cell = w.cs.Cell
+			}
+		}
+		val, err := json.Marshal(w.cs)
+		if err != nil {
+			// NaN or Inf coordinates: retrying cannot help.
+			b.kvErrors.Add(1)
+			b.logKV("bridge: encode courier state", w.cs.Courier, err)
+			futs = append(futs, nil)
+			continue
+		}
+		f, err := b.kvJS.PublishMsgAsync(&nats.Msg{Subject: "$KV." + b.cfg.KVBucket + "." + CourierKey(w.cs.Courier), Data: val})
+		if err != nil {
+			b.kvFailed(w, err)
+			f = nil
+		}
+		futs = append(futs, f)
+	}
+	var first error
+	for i, f := range futs {
+		if f == nil {
+			continue
+		}
+		var err error
+		select {
+		case <-f.Ok():
+		case err = <-f.Err():
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		if err != nil {
+			b.kvFailed(&ws[i], err)
+			if first == nil {
+				first = fmt.Errorf("write courier %s to %s: %w", ws[i].cs.Courier, b.cfg.KVBucket, err)
+			}
+			continue
+		}
+		b.kvWrites.Add(1)
+	}
+	clear(futs)
+	t.futures = futs[:0]
+	return first
+}
+
+// kvFailed puts a failed write back: the courier's state is due again at
+// the next scan, unless a newer one is waiting anyway. An evicted courier's
+// state had its one try. A bucket that is missing on the server is
+// recreated before the next round.
+func (b *Bridge) kvFailed(w *kvWrite, err error) {
+	b.kvErrors.Add(1)
+	if isNoStream(err) {
+		b.kvLost.Store(true)
+	}
+	if w.e != nil && b.table.m[w.cs.Courier] == w.e {
+		w.e.dirty, w.e.lastWrite = true, time.Time{}
+	}
+	b.logKV("bridge: write courier state, will retry", w.cs.Courier, err)
+}
+
+// isNoStream reports whether a publish failed because no stream captures
+// its subject: the stream or bucket is gone from the server.
+func isNoStream(err error) bool {
+	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
+}
+
+func (b *Bridge) logKV(msg, courier string, err error) {
+	if ok, suppressed := b.kvLog.Allow(); ok {
+		b.log.Warn(msg, "bucket", b.cfg.KVBucket, "courier", courier, "err", err, "suppressed", suppressed)
 	}
 }

@@ -26,6 +26,16 @@
 // service truncates the log only up to the previous checkpoint, for this
 // reason). A file of another format version is never skipped silently nor
 // misread: Load fails with ErrVersion.
+//
+// Pruning keeps the newest Keep checkpoints that check out, never a corrupt
+// one in place of a good one: each file not known good (written or loaded by
+// this Store: re-reading those would only see the page cache) is read and
+// checked before it counts, and one that
+// fails is moved aside to checkpoint-<tag>.ckpt.corrupt for the operator to
+// inspect (only the newest such file is kept, so a failing disk cannot fill
+// the directory with them). The checkpoint directory is 0700 and its files
+// 0600 (they hold courier ids and positions); Open narrows an existing
+// directory made by an older edgeproc.
 package checkpoint
 
 import (
@@ -39,6 +49,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/km0/edgeproc/internal/private"
 )
 
 // Version is the checkpoint file format version this build writes and
@@ -56,6 +68,8 @@ const (
 	prefix     = "checkpoint-"
 	suffix     = ".ckpt"
 	tmpSuffix  = ".tmp"
+	// corruptSuffix is appended to a checkpoint that failed its check.
+	corruptSuffix = ".corrupt"
 	// maxSnapshot bounds what Read allocates for a length field: a flipped
 	// bit must not make it ask for exabytes.
 	maxSnapshot = 1 << 40
@@ -89,6 +103,11 @@ type Checkpoint struct {
 type Store struct {
 	dir  string
 	keep int
+	// good holds the tags of checkpoints known to check out: written or
+	// loaded by this Store, or checked by prune.
+	good map[uint64]bool
+	// unrestricted is what Open could not make private.
+	unrestricted []error
 	// beforeRename, when set (tests only), runs after the temporary file is
 	// complete and fsynced, before the rename; an error aborts Write there,
 	// as a crash would.
@@ -99,14 +118,16 @@ type Store struct {
 // checks that it is writable, so that a misconfigured state directory fails
 // at start with its path rather than at the first checkpoint. Stale
 // temporary files of an interrupted Write are removed. keep is how many
-// checkpoints Write leaves; values below 2 mean DefaultKeep.
+// checkpoints Write leaves; values below 2 mean DefaultKeep. The directory
+// is made private (0700, its files 0600); see Unrestricted.
 func Open(dir string, keep int) (*Store, error) {
 	if keep < 2 {
 		keep = DefaultKeep
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, private.DirMode); err != nil {
 		return nil, fmt.Errorf("create checkpoint dir %s: %w", dir, err)
 	}
+	unrestricted := private.Restrict(dir)
 	probe, err := os.CreateTemp(dir, ".probe-*")
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint dir %s is not writable: %w", dir, err)
@@ -128,8 +149,12 @@ func Open(dir string, keep int) (*Store, error) {
 			}
 		}
 	}
-	return &Store{dir: dir, keep: keep}, nil
+	return &Store{dir: dir, keep: keep, good: map[uint64]bool{}, unrestricted: unrestricted}, nil
 }
+
+// Unrestricted returns one error per path Open could not make private (not
+// its owner, say), for the caller to log; the store works regardless.
+func (s *Store) Unrestricted() []error { return s.unrestricted }
 
 // Dir returns the store's directory.
 func (s *Store) Dir() string { return s.dir }
@@ -190,9 +215,9 @@ func Read(path string) (Checkpoint, error) {
 }
 
 // Write stores snapshot as the checkpoint of tag, atomically and durably,
-// then deletes all but the newest Keep checkpoints. A failure (disk full,
-// read-only) leaves the previous checkpoints as they were and is returned
-// naming the path.
+// then deletes all but the newest Keep good checkpoints (see the package
+// doc). A failure (disk full, read-only) leaves the previous checkpoints as
+// they were and is returned naming the path.
 func (s *Store) Write(tag uint64, snapshot []byte) (Checkpoint, error) {
 	final := s.path(tag)
 	tmp := final + tmpSuffix
@@ -213,6 +238,7 @@ func (s *Store) Write(tag uint64, snapshot []byte) (Checkpoint, error) {
 	if err := syncDir(s.dir); err != nil {
 		return Checkpoint{}, err
 	}
+	s.good[tag] = true
 	if err := s.prune(); err != nil {
 		return Checkpoint{}, err
 	}
@@ -220,7 +246,7 @@ func (s *Store) Write(tag uint64, snapshot []byte) (Checkpoint, error) {
 }
 
 func writeSync(path string, b []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, private.FileMode)
 	if err != nil {
 		return fmt.Errorf("create %s: %w", path, err)
 	}
@@ -273,20 +299,62 @@ func (s *Store) tags() ([]uint64, error) {
 	return tags, nil
 }
 
+// prune keeps the newest keep good checkpoints and deletes the older ones.
+// A checkpoint not known good is checked first: a corrupt one is moved
+// aside and does not count, so it never stands in for a good fallback. A
+// file of another format version is left alone and does not count either.
 func (s *Store) prune() error {
 	tags, err := s.tags()
 	if err != nil {
 		return err
 	}
-	if len(tags) <= s.keep {
-		return nil
-	}
-	for _, t := range tags[s.keep:] {
-		if err := os.Remove(s.path(t)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("remove old checkpoint %s: %w", s.path(t), err)
+	kept := 0
+	for _, t := range tags {
+		path := s.path(t)
+		if kept == s.keep {
+			if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("remove old checkpoint %s: %w", path, err)
+			}
+			delete(s.good, t)
+			continue
 		}
+		if !s.good[t] {
+			c, err := Read(path)
+			switch {
+			case err == nil && c.Tag == t:
+				s.good[t] = true
+			case errors.Is(err, fs.ErrNotExist), errors.Is(err, ErrVersion):
+				continue
+			default: // corrupt, or a tag that does not match its name
+				if err := s.moveAside(path); err != nil {
+					return err
+				}
+				continue
+			}
+		}
+		kept++
 	}
 	return syncDir(s.dir)
+}
+
+// moveAside renames a corrupt checkpoint to its .corrupt name, removing any
+// older .corrupt file.
+func (s *Store) moveAside(path string) error {
+	ents, err := os.ReadDir(s.dir)
+	if err != nil {
+		return fmt.Errorf("read checkpoint dir %s: %w", s.dir, err)
+	}
+	for _, e := range ents {
+		if n := e.Name(); strings.HasPrefix(n, prefix) && strings.HasSuffix(n, suffix+corruptSuffix) {
+			if err := os.Remove(filepath.Join(s.dir, n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("remove older corrupt checkpoint %s: %w", n, err)
+			}
+		}
+	}
+	if err := os.Rename(path, path+corruptSuffix); err != nil {
+		return fmt.Errorf("move corrupt checkpoint %s aside: %w", path, err)
+	}
+	return nil
 }
 
 // Load returns the newest checkpoint that checks out, and ok false when
@@ -307,6 +375,7 @@ func (s *Store) Load() (c Checkpoint, ok bool, skipped []error, err error) {
 				skipped = append(skipped, fmt.Errorf("checkpoint %s: %w: holds tag %d, its name says %d", c.Path, ErrCorrupt, c.Tag, t))
 				continue
 			}
+			s.good[t] = true
 			return c, true, skipped, nil
 		case errors.Is(err, ErrVersion):
 			return Checkpoint{}, false, skipped, fmt.Errorf("%w; move the state directory aside to start empty, or run the edgeproc version that wrote it", err)

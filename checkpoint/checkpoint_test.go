@@ -264,3 +264,81 @@ func TestOpen_CreatesMissingDir(t *testing.T) {
 		t.Errorf("got %v, want %s created", err, dir)
 	}
 }
+
+// The sequence: the newest checkpoint is corrupt at start, Load
+// falls back to the older good one, and the next Write must keep that good
+// one as the fallback, not the corrupt one.
+func TestWrite_NeverKeepsCorruptOverGood(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ckpt")
+	s, err := Open(dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, s, 10, []byte("good"))
+	bad := mustWrite(t, s, 20, []byte("bad"))
+	corrupt(t, bad.Path, func(b []byte) []byte { b[len(b)-1] ^= 0xff; return b })
+
+	s, err = Open(dir, 0) // a restart: nothing is known good yet
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, ok, _, err := s.Load(); err != nil || !ok || c.Tag != 10 {
+		t.Fatalf("Load: got tag %d ok %v err %v, want the good tag 10", c.Tag, ok, err)
+	}
+	mustWrite(t, s, 30, []byte("new"))
+	got := strings.Join(files(t, dir), " ")
+	want := "checkpoint-00000000000000000010.ckpt checkpoint-00000000000000000020.ckpt.corrupt checkpoint-00000000000000000030.ckpt"
+	if got != want {
+		t.Fatalf("files after the write: got %q, want %q", got, want)
+	}
+	// The new checkpoint lost too: the fallback is the good one.
+	if err := os.Remove(filepath.Join(dir, "checkpoint-00000000000000000030.ckpt")); err != nil {
+		t.Fatal(err)
+	}
+	if c, ok, _, err := s.Load(); err != nil || !ok || c.Tag != 10 || string(c.Snapshot) != "good" {
+		t.Fatalf("Load without the newest: got tag %d ok %v err %v, want tag 10", c.Tag, ok, err)
+	}
+
+	// Without a Load first (not known good), prune checks the files itself;
+	// a second corrupt file replaces the first .corrupt one.
+	bad = mustWrite(t, s, 40, []byte("bad too"))
+	corrupt(t, bad.Path, func(b []byte) []byte { return b[:len(b)-3] })
+	if s, err = Open(dir, 0); err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, s, 50, []byte("newest"))
+	got = strings.Join(files(t, dir), " ")
+	want = "checkpoint-00000000000000000010.ckpt checkpoint-00000000000000000040.ckpt.corrupt checkpoint-00000000000000000050.ckpt"
+	if got != want {
+		t.Fatalf("files after a second corrupt one: got %q, want %q", got, want)
+	}
+}
+
+func TestOpen_PrivateModes(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ckpt")
+	s, err := Open(dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := mustWrite(t, s, 1, []byte("x"))
+	for path, want := range map[string]os.FileMode{dir: 0o700, c.Path: 0o600} {
+		if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != want {
+			t.Errorf("%s: mode %v (%v), want %#o", path, fi.Mode().Perm(), err, want)
+		}
+	}
+	// An older edgeproc's 0755/0644 is narrowed at Open.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(c.Path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = Open(dir, 0); err != nil || len(s.Unrestricted()) != 0 {
+		t.Fatalf("reopen: %v %v", err, s.Unrestricted())
+	}
+	for path, want := range map[string]os.FileMode{dir: 0o700, c.Path: 0o600} {
+		if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != want {
+			t.Errorf("after reopen %s: mode %v (%v), want %#o", path, fi.Mode().Perm(), err, want)
+		}
+	}
+}

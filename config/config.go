@@ -13,6 +13,14 @@ import (
 // MaxFileSize is the largest configuration file Parse reads, in bytes.
 const MaxFileSize = 1 << 20
 
+// Bounds of mqtt.max_packet_size, in bytes. The upper one leaves room under
+// MQTT's 268435455-byte packet limit for the topic and headers.
+const (
+	DefaultMaxPacketSize = 1 << 20
+	MinMaxPacketSize     = 1 << 10
+	MaxMaxPacketSize     = 256 << 20
+)
+
 // Config is one market's configuration. Build it with Default, Parse or
 // Load; a Config returned by Parse or Load without error has passed
 // Validate.
@@ -55,6 +63,15 @@ type MQTT struct {
 	// while edgeproc is away (yaml session_expiry). Default 24h; > 0 and a
 	// whole number of seconds (MQTT counts it in seconds).
 	SessionExpiry time.Duration
+	// MaxPacketSize is the largest payload edgeproc lets the broker deliver,
+	// in bytes (yaml max_packet_size; an integer, or a size such as 1MiB,
+	// 512KiB, 64kB). edgeproc announces it, plus room for the topic and
+	// headers, as the Maximum Packet Size in CONNECT, so payloads up to it
+	// arrive and are counted (too_large when over the engine's limit) and
+	// dead-lettered; a broker drops larger ones unseen, so keep the
+	// broker's message_size_limit at or below it. Default 1MiB; 1KiB to
+	// 256MiB.
+	MaxPacketSize int
 }
 
 // NATS is where results go (yaml key nats).
@@ -77,6 +94,11 @@ type NATS struct {
 	// duplicate_window): a result re-published within it with the same key
 	// is dropped. Default 10m; > 0.
 	DuplicateWindow time.Duration
+	// KVInterval bounds how stale a courier's position in the courier KV
+	// bucket may be (yaml kv_interval): a courier's position is written at
+	// most once per interval, its newest then; a status change (no_signal,
+	// online) is written at once. Default 15s; > 0, whole milliseconds.
+	KVInterval time.Duration
 }
 
 // Windows holds the event-time parameters (yaml key windows); see contract
@@ -203,11 +225,13 @@ func Default() Config {
 		MQTT: MQTT{
 			URL:           "mqtt://127.0.0.1:1883",
 			SessionExpiry: 24 * time.Hour,
+			MaxPacketSize: DefaultMaxPacketSize,
 		},
 		NATS: NATS{
 			URL:             "nats://127.0.0.1:4222",
 			SubjectPrefix:   "delivery",
 			DuplicateWindow: 10 * time.Minute,
+			KVInterval:      15 * time.Second,
 		},
 		Windows: Windows{
 			Size:            5 * time.Minute,
@@ -238,12 +262,17 @@ func Default() Config {
 // alone; the value rules are checked only once the file decodes cleanly, so
 // that a mistyped value does not also produce misleading follow-on errors.
 func Parse(r io.Reader, file string) (Config, error) {
+	c, _, err := parse(r, file)
+	return c, err
+}
+
+func parse(r io.Reader, file string) (Config, map[string]int, error) {
 	data, err := io.ReadAll(io.LimitReader(r, MaxFileSize+1))
 	if err != nil {
-		return Config{}, fmt.Errorf("read %s: %w", file, err)
+		return Config{}, nil, fmt.Errorf("read %s: %w", file, err)
 	}
 	if len(data) > MaxFileSize {
-		return Config{}, &FieldError{File: file, Err: ErrInvalid,
+		return Config{}, nil, &FieldError{File: file, Err: ErrInvalid,
 			Reason: fmt.Sprintf("file is larger than %d bytes", MaxFileSize)}
 	}
 	c := Default()
@@ -253,7 +282,7 @@ func Parse(r io.Reader, file string) (Config, error) {
 		for _, fe := range d.errs {
 			fe.File = file
 		}
-		return Config{}, joinFieldErrors(d.errs)
+		return Config{}, nil, joinFieldErrors(d.errs)
 	}
 	derived := c.fillMarketDefaults(d.lines)
 	if fes := c.validate(); len(fes) > 0 {
@@ -262,9 +291,9 @@ func Parse(r io.Reader, file string) (Config, error) {
 			fe.File = file
 			fe.Line = d.lines[fe.Field]
 		}
-		return Config{}, joinFieldErrors(fes)
+		return Config{}, nil, joinFieldErrors(fes)
 	}
-	return c, nil
+	return c, d.lines, nil
 }
 
 // dropDerived leaves out the errors of values derived from a market name
@@ -284,6 +313,54 @@ func Load(path string) (Config, error) {
 	}
 	defer f.Close()
 	return Parse(f, path)
+}
+
+// LoadLive is Load for the commands that connect (run, check-config): it
+// also requires every environment variable the file names (password_env,
+// creds_env) to be set and non-empty, reporting each that is not as a
+// *FieldError (ErrEnvUnset) naming the key and the variable. Load alone
+// does not, so a replay does not need the secrets.
+func LoadLive(path string) (Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("open config %s: %w", path, err)
+	}
+	defer f.Close()
+	c, lines, err := parse(f, path)
+	if err != nil {
+		return Config{}, err
+	}
+	fes := c.checkEnv(os.LookupEnv)
+	for _, fe := range fes {
+		fe.File, fe.Line = path, lines[fe.Field]
+	}
+	if len(fes) > 0 {
+		return Config{}, joinFieldErrors(fes)
+	}
+	return c, nil
+}
+
+// checkEnv reports each secret variable the config names that lookup does
+// not find set and non-empty.
+func (c Config) checkEnv(lookup func(string) (string, bool)) []*FieldError {
+	var fes []*FieldError
+	for _, f := range []struct{ key, name string }{
+		{"mqtt.password_env", c.MQTT.PasswordEnv},
+		{"nats.creds_env", c.NATS.CredsEnv},
+	} {
+		if f.name == "" {
+			continue
+		}
+		switch v, ok := lookup(f.name); {
+		case !ok:
+			fes = append(fes, &FieldError{Field: f.key, Value: f.name, Err: ErrEnvUnset,
+				Reason: "environment variable " + f.name + " is not set"})
+		case v == "":
+			fes = append(fes, &FieldError{Field: f.key, Value: f.name, Err: ErrEnvUnset,
+				Reason: "environment variable " + f.name + " is set but empty"})
+		}
+	}
+	return fes
 }
 
 // fillMarketDefaults sets the defaults that depend on the market name, only

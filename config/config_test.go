@@ -29,12 +29,14 @@ func contractGirona() Config {
 			Topic:         "km0/girona/positions/+",
 			ClientID:      "edgeproc-girona",
 			SessionExpiry: 24 * time.Hour,
+			MaxPacketSize: 1 << 20, // the project's: 1 MiB
 		},
 		NATS: NATS{
 			URL:             "nats://127.0.0.1:4222",
 			SubjectPrefix:   "delivery",
 			Stream:          "EDGEPROC_GIRONA",
 			DuplicateWindow: 10 * time.Minute,
+			KVInterval:      15 * time.Second, // the project's
 		},
 		Windows: Windows{
 			Size:            5 * time.Minute,
@@ -120,8 +122,9 @@ func TestLoad_Testdata(t *testing.T) {
 			PasswordEnv:   "VALENCIA_MQTT_PASSWORD",
 			CAFile:        "/etc/edgeproc/km0-ca.pem",
 			SessionExpiry: 24 * time.Hour,
+			MaxPacketSize: 256 << 10,
 		},
-		NATS: NATS{URL: "embedded", SubjectPrefix: "km0.delivery", Stream: "EDGEPROC_VALENCIA", DuplicateWindow: 10 * time.Minute},
+		NATS: NATS{URL: "embedded", SubjectPrefix: "km0.delivery", Stream: "EDGEPROC_VALENCIA", DuplicateWindow: 10 * time.Minute, KVInterval: 5 * time.Second},
 		Windows: Windows{
 			Size: 10 * time.Minute, Slide: 2 * time.Minute, Gap: 4 * time.Minute,
 			ToleratedDelay: 90 * time.Second, IdleTimeout: 0, MaxFutureSkew: 2 * time.Minute, RestoreTTL: 24 * time.Hour,
@@ -202,5 +205,79 @@ func TestSecrets_ReadFromEnvironmentAtCallTime(t *testing.T) {
 	var empty Config
 	if got := empty.MQTT.Password() + empty.NATS.Creds(); got != "" {
 		t.Errorf("Password()+Creds() with no env names = %q, want empty", got)
+	}
+}
+
+func TestParse_Sizes(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int
+	}{
+		{"65536", 65536},
+		{"1MiB", 1 << 20},
+		{"512KiB", 512 << 10},
+		{"64kB", 64000},
+		{"64KB", 64000},
+		{"2MB", 2_000_000},
+		{"1024B", 1024},
+		{"256 MiB", 256 << 20},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			c := mustParse(t, "market: girona\nmqtt:\n  max_packet_size: "+tt.in+"\n")
+			if c.MQTT.MaxPacketSize != tt.want {
+				t.Errorf("got %d, want %d", c.MQTT.MaxPacketSize, tt.want)
+			}
+		})
+	}
+	for _, bad := range []struct {
+		in  string
+		err error
+	}{
+		{"1.5MiB", ErrBadSize}, {"1 mb", ErrBadSize}, {"MiB", ErrBadSize}, {"-1", ErrBadSize}, {"1TiB", ErrBadSize},
+		{"3GiB", ErrOutOfRange}, {"99999999999999999999", ErrBadSize},
+		{"1023", ErrOutOfRange}, {"257MiB", ErrOutOfRange}, {"0", ErrOutOfRange},
+	} {
+		t.Run("bad "+bad.in, func(t *testing.T) {
+			fe := wantOneFieldError(t, "market: girona\nmqtt:\n  max_packet_size: "+bad.in+"\n", "mqtt.max_packet_size", bad.err)
+			if fe.Line != 3 {
+				t.Errorf("got line %d, want 3", fe.Line)
+			}
+		})
+	}
+}
+
+func TestLoadLive_UnsetSecretIsAnError(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "girona.yaml")
+	src := "market: girona\nmqtt:\n  password_env: EDGEPROC_TEST_MQTT_PW\nnats:\n  creds_env: EDGEPROC_TEST_NATS_CREDS\n"
+	if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(path); err != nil {
+		t.Fatalf("Load (no secrets needed): %v", err)
+	}
+	t.Setenv("EDGEPROC_TEST_NATS_CREDS", "")
+	_, err := LoadLive(path)
+	fes := FieldErrors(err)
+	if len(fes) != 2 || !errors.Is(err, ErrEnvUnset) {
+		t.Fatalf("LoadLive with both unset: got %v, want two ErrEnvUnset", err)
+	}
+	for i, want := range []struct {
+		field, env, reason string
+		line               int
+	}{
+		{"mqtt.password_env", "EDGEPROC_TEST_MQTT_PW", "is not set", 3},
+		{"nats.creds_env", "EDGEPROC_TEST_NATS_CREDS", "is set but empty", 5},
+	} {
+		fe := fes[i]
+		if fe.Field != want.field || fe.Value != want.env || fe.Line != want.line || fe.File != path ||
+			!strings.Contains(fe.Error(), want.env+" "+want.reason) {
+			t.Errorf("error %d: got %+v (%q), want %s naming %s at %s:%d", i, fe, fe, want.field, want.env, path, want.line)
+		}
+	}
+	t.Setenv("EDGEPROC_TEST_MQTT_PW", "pw")
+	t.Setenv("EDGEPROC_TEST_NATS_CREDS", "creds")
+	if c, err := LoadLive(path); err != nil || c.MQTT.Password() != "pw" {
+		t.Fatalf("LoadLive with both set: %v", err)
 	}
 }

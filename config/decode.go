@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strconv"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -72,6 +74,7 @@ func (d *decoder) decode(r io.Reader, c *Config) {
 			{"password_env", d.str(&c.MQTT.PasswordEnv)},
 			{"ca_file", d.str(&c.MQTT.CAFile)},
 			{"session_expiry", d.duration(&c.MQTT.SessionExpiry)},
+			{"max_packet_size", d.size(&c.MQTT.MaxPacketSize)},
 		})},
 		{"nats", d.section([]field{
 			{"url", d.str(&c.NATS.URL)},
@@ -79,6 +82,7 @@ func (d *decoder) decode(r io.Reader, c *Config) {
 			{"creds_env", d.str(&c.NATS.CredsEnv)},
 			{"stream", d.str(&c.NATS.Stream)},
 			{"duplicate_window", d.duration(&c.NATS.DuplicateWindow)},
+			{"kv_interval", d.duration(&c.NATS.KVInterval)},
 		})},
 		{"windows", d.section([]field{
 			{"size", d.duration(&c.Windows.Size)},
@@ -190,6 +194,39 @@ func (d *decoder) duration(p *time.Duration) func(string, *yaml.Node) {
 			return
 		}
 		*p = v
+	}
+}
+
+// sizeUnits are the units a size may carry, in bytes.
+var sizeUnits = map[string]int64{
+	"B": 1, "kB": 1000, "KB": 1000, "KiB": 1 << 10, "MB": 1000 * 1000, "MiB": 1 << 20,
+	"GB": 1000 * 1000 * 1000, "GiB": 1 << 30,
+}
+
+// size accepts an integer number of bytes or a whole number with a unit
+// (1MiB, 64kB, 512 KiB).
+func (d *decoder) size(p *int) func(string, *yaml.Node) {
+	return func(path string, n *yaml.Node) {
+		s, ok := d.scalar(path, n, "a size such as 1MiB or 65536")
+		if !ok {
+			return
+		}
+		num := strings.TrimRight(s, "BbKkMGi ")
+		unit := strings.TrimSpace(s[len(num):])
+		mult, known := sizeUnits[unit]
+		if unit == "" {
+			mult, known = 1, true
+		}
+		v, err := strconv.ParseInt(num, 10, 64)
+		if !known || err != nil || v < 0 {
+			d.fail(n, path, s, ErrBadSize, "use a whole number of bytes, or with a unit: B, kB, KiB, MB, MiB, GB, GiB")
+			return
+		}
+		if v > math.MaxInt32/mult {
+			d.fail(n, path, s, ErrOutOfRange, "size too large")
+			return
+		}
+		*p = int(v * mult)
 	}
 }
 

@@ -16,12 +16,14 @@
 //	  password_env: EDGEPROC_MQTT_PASSWORD  # env var NAME holding the password; optional
 //	  ca_file: /etc/ssl/km0-ca.pem  # PEM CA bundle, mqtts:// only; optional (system pool)
 //	  session_expiry: 24h           # broker keeps the session this long; whole seconds
+//	  max_packet_size: 1MiB         # largest payload delivered, bytes (1KiB..256MiB); announced in CONNECT
 //	nats:
 //	  url: nats://127.0.0.1:4222    # nats://, tls:// (comma-separated list allowed) or "embedded"
 //	  subject_prefix: delivery      # -> delivery.dashboard.girona.distance, ...
 //	  creds_env: EDGEPROC_NATS_CREDS        # env var NAME holding the .creds text; optional
 //	  stream: EDGEPROC_GIRONA       # default EDGEPROC_ + upper(MARKET), '-' -> '_'
 //	  duplicate_window: 10m         # JetStream dedup window for re-emitted results
+//	  kv_interval: 15s              # courier KV: a position at most this stale; status changes at once
 //	windows:                        # event time, contract §3; whole milliseconds
 //	  size: 5m                      # sliding distance window, > 0
 //	  slide: 1m                     # > 0 and <= size (need not divide it)
@@ -51,7 +53,11 @@
 // Secrets never come from the file: password_env and creds_env name
 // environment variables, read only when MQTT.Password or NATS.Creds is
 // called, and a URL with credentials in it is refused. Parsing has no side
-// effects.
+// effects; LoadLive, for the commands that connect, also checks that those
+// variables are set.
+//
+// Sizes (max_packet_size) are an integer number of bytes or a whole number
+// with a unit: B, kB/KB (1000), KiB (1024), MB, MiB, GB, GiB.
 //
 // Every problem is a *FieldError naming the file, line, dotted key, value
 // and reason, and unwrapping to one of the Err* sentinels; Parse and

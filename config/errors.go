@@ -45,6 +45,12 @@ var (
 	// subject token, a non-finite number, a duration that is not a whole
 	// number of milliseconds, allowed_lateness other than 0s (reserved).
 	ErrInvalid = errors.New("invalid value")
+	// ErrEnvUnset: an environment variable named by password_env or
+	// creds_env is not set, or empty (LoadLive only).
+	ErrEnvUnset = errors.New("environment variable not set")
+	// ErrBadSize: a size is neither an integer number of bytes nor a number
+	// with one of the units B, kB, KiB, MB, MiB, GB, GiB.
+	ErrBadSize = errors.New("not a size such as 1MiB or 65536")
 )
 
 // maxValueLen bounds how much of an offending value an error message quotes.

@@ -88,6 +88,10 @@ func (m MQTT) validate(v *validator) {
 		v.add("mqtt.username", m.Username, ErrInvalid, "must be printable UTF-8 of at most 65535 bytes")
 	}
 	v.envName("mqtt.password_env", m.PasswordEnv)
+	if m.MaxPacketSize < MinMaxPacketSize || m.MaxPacketSize > MaxMaxPacketSize {
+		v.add("mqtt.max_packet_size", strconv.Itoa(m.MaxPacketSize), ErrOutOfRange,
+			fmt.Sprintf("must be between %d (1KiB) and %d (256MiB) bytes", MinMaxPacketSize, MaxMaxPacketSize))
+	}
 	if m.CAFile != "" && scheme != "mqtts" {
 		v.add("mqtt.ca_file", m.CAFile, ErrInvalid, "is only used with an mqtts:// url")
 	}
@@ -129,6 +133,7 @@ func (n NATS) validate(v *validator) {
 		v.add("nats.stream", n.Stream, ErrInvalid, `must not contain spaces, control characters or any of . * > / \`)
 	}
 	v.millis("nats.duplicate_window", n.DuplicateWindow, true)
+	v.millis("nats.kv_interval", n.KVInterval, true)
 }
 
 func (w Windows) validate(v *validator) {

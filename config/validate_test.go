@@ -202,12 +202,14 @@ func TestValidate_ReportsEveryProblemInKeyOrder(t *testing.T) {
 	c.Windows.AllowedLateness = time.Second
 	c.Distance.MinMoveM = math.NaN()
 	c.HTTP.Listen = "nowhere"
+	c.NATS.KVInterval = time.Microsecond
 	fes := FieldErrors(c.Validate())
 	want := []struct {
 		field string
 		err   error
 	}{
 		{"market", ErrInvalid},
+		{"nats.kv_interval", ErrInvalid},
 		{"windows.gap", ErrNotPositive},
 		{"windows.allowed_lateness", ErrInvalid},
 		{"distance.min_move_m", ErrInvalid},

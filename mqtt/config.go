@@ -22,7 +22,14 @@ const (
 	DefaultAckInterval    = 5 * time.Millisecond
 	DefaultReconnectMin   = 250 * time.Millisecond
 	DefaultReconnectMax   = 30 * time.Second
-	DefaultMaxPacketSize  = 64 << 10
+	DefaultMaxPayload     = 1 << 20
+	// PacketOverhead is what the announced Maximum Packet Size adds to
+	// MaxPayload: the fixed header (5), the longest topic (2+65535), the
+	// packet identifier (2) and room for properties (4 KiB), so that every
+	// payload up to MaxPayload is delivered whatever its topic.
+	PacketOverhead = 5 + 2 + 65535 + 2 + 4<<10
+	// maxPacket is MQTT's largest packet (the Remaining Length limit).
+	maxPacket = 268435455
 )
 
 // ErrInvalidConfig is wrapped by every configuration error Start returns.
@@ -51,7 +58,8 @@ type Config struct {
 	SessionExpiry time.Duration
 	// ReceiveMaximum is the number of QoS 1 messages the broker may have in
 	// flight to us, unacknowledged. It bounds the memory held for received
-	// but unacked messages (at most ReceiveMaximum × MaxPacketSize) and, with
+	// but unacked messages (at most ReceiveMaximum × MaxPayload: 1 GiB with
+	// both defaults, if every message were as large as allowed) and, with
 	// AckInterval, the throughput: about ReceiveMaximum per (AckInterval +
 	// time to make a message durable). Default 1024.
 	ReceiveMaximum uint16
@@ -68,12 +76,24 @@ type Config struct {
 	// retry waits ReconnectMin, each further one doubles up to ReconnectMax,
 	// with ±20 % jitter. Defaults 250ms and 30s.
 	ReconnectMin, ReconnectMax time.Duration
-	// MaxPacketSize is the largest MQTT packet we accept, in bytes. The broker
-	// discards (and never delivers) larger messages for this client, so they
-	// are not seen or counted here. Default 64 KiB: far above the 4 KiB
-	// position limit, so oversized positions still arrive and are rejected as
-	// too_large upstream.
-	MaxPacketSize uint32
+	// MaxPayload is the largest payload the broker may deliver, in bytes:
+	// CONNECT announces MaxPayload+PacketOverhead as the Maximum Packet Size.
+	// Payloads up to it reach the handler, so one above the 4 KiB position
+	// limit is counted and dead-lettered as too_large upstream; the broker
+	// discards larger ones for this client unseen, so set the broker's
+	// message_size_limit at or below it. Default 1 MiB; at most
+	// 268435455-PacketOverhead.
+	MaxPayload int
+	// OnListening, if set, is called each time the subscription is granted
+	// on a new connection, with the time of the SUBACK: from then on, what
+	// is published reaches this Source. OnDeaf, if set, is called when that
+	// connection goes down (or at Close), with the time it was noticed.
+	// Calls alternate strictly, starting with OnListening, and never
+	// overlap; they come from the Source's goroutines and must not block
+	// or call Close. Messages paho had already buffered may still reach the
+	// handler after OnDeaf. The service runs its idle rule only in between.
+	OnListening func(at time.Time)
+	OnDeaf      func(at time.Time)
 }
 
 // withDefaults returns a copy of c with zero fields set to their defaults.
@@ -99,8 +119,8 @@ func (c Config) withDefaults() Config {
 	if c.ReconnectMax == 0 {
 		c.ReconnectMax = DefaultReconnectMax
 	}
-	if c.MaxPacketSize == 0 {
-		c.MaxPacketSize = DefaultMaxPacketSize
+	if c.MaxPayload == 0 {
+		c.MaxPayload = DefaultMaxPayload
 	}
 	return c
 }
@@ -131,6 +151,9 @@ func (c Config) validate() (*url.URL, error) {
 		if d.v < 0 {
 			return nil, fmt.Errorf("%w: %s: %s is negative", ErrInvalidConfig, d.name, d.v)
 		}
+	}
+	if c.MaxPayload < 0 || c.MaxPayload > maxPacket-PacketOverhead {
+		return nil, fmt.Errorf("%w: max_payload %d: must be between 0 and %d bytes", ErrInvalidConfig, c.MaxPayload, maxPacket-PacketOverhead)
 	}
 	if c.ReconnectMax < c.ReconnectMin {
 		return nil, fmt.Errorf("%w: reconnect_max %s is below reconnect_min %s", ErrInvalidConfig, c.ReconnectMax, c.ReconnectMin)

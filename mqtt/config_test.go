@@ -13,6 +13,7 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -82,9 +83,9 @@ func TestConfig_Defaults(t *testing.T) {
 		AckInterval:    5 * time.Millisecond,
 		ReconnectMin:   250 * time.Millisecond,
 		ReconnectMax:   30 * time.Second,
-		MaxPacketSize:  64 << 10,
+		MaxPayload:     1 << 20,
 	}
-	if got != want {
+	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got defaults %+v, want %+v", got, want)
 	}
 	set := Config{SessionExpiry: time.Minute, ReceiveMaximum: 7}.withDefaults()

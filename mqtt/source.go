@@ -123,6 +123,12 @@ type Source struct {
 	closeOnce sync.Once
 	closeErr  error
 
+	// listenMu serialises the listening/deaf transitions and their
+	// callbacks; listenGen is the connection gen heard on (0: deaf).
+	listenMu    sync.Mutex
+	listenGen   uint64
+	listenSince time.Time
+
 	received, redelivered, acked, staleAcks atomic.Uint64
 	connects, sessionsLost                  atomic.Uint64
 	connected                               atomic.Bool
@@ -192,7 +198,7 @@ func (s *Source) clientConfig(u *url.URL) (autopaho.ClientConfig, error) {
 			if cp.Properties == nil {
 				cp.Properties = &paho.ConnectProperties{}
 			}
-			rm, mps := cfg.ReceiveMaximum, cfg.MaxPacketSize
+			rm, mps := cfg.ReceiveMaximum, uint32(cfg.MaxPayload+PacketOverhead)
 			cp.Properties.ReceiveMaximum = &rm
 			cp.Properties.MaximumPacketSize = &mps
 			return cp, nil
@@ -282,8 +288,9 @@ func (s *Source) subscribe(cm *autopaho.ConnectionManager, gen uint64) {
 			return
 		}
 		if err == nil {
-			s.subGen.Store(gen)
-			s.log.Info("mqtt subscribed", "topic", s.cfg.Topic, "qos", 1)
+			if s.listen(gen) {
+				s.log.Info("mqtt subscribed", "topic", s.cfg.Topic, "qos", 1)
+			}
 			return
 		}
 		if errors.Is(err, autopaho.ConnectionDownError) || errors.Is(err, paho.ErrConnectionLost) {
@@ -309,10 +316,10 @@ func (s *Source) subscribeOnce(cm *autopaho.ConnectionManager) error {
 		Subscriptions: []paho.SubscribeOptions{{
 			Topic: s.cfg.Topic,
 			QoS:   1,
-			// The subscription usually survives in the session; 1 = send
-			// retained messages only when it is new, so a reconnection does
-			// not replay them.
-			RetainHandling: 1,
+			// 2 = never send retained messages: a retained position is an
+			// old one, and a new session must not ingest it as if it had
+			// just arrived.
+			RetainHandling: 2,
 		}},
 	})
 	if err != nil {
@@ -329,11 +336,50 @@ func (s *Source) subscribeOnce(cm *autopaho.ConnectionManager) error {
 // onConnectionDown is called after the connection that onConnectionUp
 // reported has fully shut down; returning true keeps reconnecting.
 func (s *Source) onConnectionDown() bool {
-	s.gen.Add(1) // stops the subscribe goroutine of the old connection
+	s.deaf() // bumps gen: stops the subscribe goroutine of the old connection
 	s.win.reset()
 	s.connected.Store(false)
 	s.log.Warn("mqtt connection lost, reconnecting")
 	return true
+}
+
+// listen marks connection gen as heard on, unless it is already gone, and
+// calls OnListening. It reports whether it did.
+func (s *Source) listen(gen uint64) bool {
+	s.listenMu.Lock()
+	defer s.listenMu.Unlock()
+	if s.gen.Load() != gen || s.closing.Load() {
+		return false
+	}
+	s.subGen.Store(gen)
+	s.listenGen, s.listenSince = gen, time.Now()
+	if s.cfg.OnListening != nil {
+		s.cfg.OnListening(s.listenSince)
+	}
+	return true
+}
+
+// deaf ends the current connection's gen and, if it was heard on, calls
+// OnDeaf.
+func (s *Source) deaf() {
+	s.listenMu.Lock()
+	defer s.listenMu.Unlock()
+	s.gen.Add(1)
+	if s.listenGen == 0 {
+		return
+	}
+	s.listenGen, s.listenSince = 0, time.Time{}
+	if s.cfg.OnDeaf != nil {
+		s.cfg.OnDeaf(time.Now())
+	}
+}
+
+// Listening reports whether the subscription is in place on the live
+// connection, and since when (the SUBACK); see Config.OnListening.
+func (s *Source) Listening() (bool, time.Time) {
+	s.listenMu.Lock()
+	defer s.listenMu.Unlock()
+	return s.listenGen != 0, s.listenSince
 }
 
 func (s *Source) onConnectError(err error) {
@@ -399,7 +445,7 @@ func (s *Source) Close(ctx context.Context) error {
 		}
 		s.cancel()
 		err := s.cm.Disconnect(ctx)
-		s.gen.Add(1)
+		s.deaf()
 		s.connected.Store(false)
 		s.win.reset()
 		if err != nil {

@@ -7,8 +7,35 @@ import (
 	"hash/crc32"
 )
 
-// Entry is one arrived MQTT message as the log keeps it.
+// Kind says what an Entry records. Its values are part of the frame
+// format: never renumber them.
+type Kind uint8
+
+const (
+	// KindPosition is an arrived MQTT message (Topic, Payload). It is the
+	// zero value.
+	KindPosition Kind = 0
+	// KindTick is an idle advance of processing time to Arrival; Topic and
+	// Payload are normally empty.
+	KindTick Kind = 1
+
+	numKinds = 2 // kinds this binary knows: [0, numKinds)
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindPosition:
+		return "position"
+	case KindTick:
+		return "tick"
+	}
+	return fmt.Sprintf("Kind(%d)", uint8(k))
+}
+
+// Entry is one record of the log: an arrived MQTT message or an idle tick.
 type Entry struct {
+	// Kind is what the entry records. Default KindPosition.
+	Kind Kind
 	// Arrival is the processing time at which the message arrived, in Unix
 	// milliseconds.
 	Arrival int64
@@ -21,17 +48,24 @@ type Entry struct {
 	Payload []byte
 }
 
-// Frame layout inside one tidwall/wal entry:
+// Frame layout inside one tidwall/wal entry, version 2 (written):
 //
-//	[0]    frameVersion
+//	[0]    frameVersion (2)
 //	[1:5]  CRC-32C (Castagnoli), little endian, of bytes [5:]
-//	[5:]   varint arrival | uvarint len(topic) | topic | payload
+//	[5]    kind
+//	[6:]   varint arrival | uvarint len(topic) | topic | payload
+//
+// Version 1 (read only, written by older binaries) has no kind byte: its
+// bytes [5:] are varint arrival | uvarint len(topic) | topic | payload, and
+// an entry with an empty topic and an empty payload is a tick (the sentinel
+// those binaries logged), anything else a position.
 //
 // The version byte comes first so a future layout is refused by an old
 // binary instead of being misread.
 const (
-	frameVersion = 1
-	headerSize   = 5
+	frameVersion   = 2
+	frameVersionV1 = 1
+	headerSize     = 5
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -80,7 +114,7 @@ func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
 // appendFrame appends the framed encoding of e to dst.
 func appendFrame(dst []byte, e Entry) []byte {
 	start := len(dst)
-	dst = append(dst, frameVersion, 0, 0, 0, 0)
+	dst = append(dst, frameVersion, 0, 0, 0, 0, byte(e.Kind))
 	dst = binary.AppendVarint(dst, e.Arrival)
 	dst = binary.AppendUvarint(dst, uint64(len(e.Topic)))
 	dst = append(dst, e.Topic...)
@@ -90,9 +124,10 @@ func appendFrame(dst []byte, e Entry) []byte {
 	return dst
 }
 
-// decodeFrame decodes a frame written by appendFrame. The returned Payload
-// aliases b. Only canonical encodings are accepted, so a frame decodes if
-// and only if appendFrame would have written exactly those bytes.
+// decodeFrame decodes a frame written by appendFrame, or a version-1 frame
+// of an older binary. The returned Payload aliases b. Only canonical
+// encodings are accepted, so a version-2 frame decodes if and only if
+// appendFrame would have written exactly those bytes.
 func decodeFrame(index uint64, b []byte) (Entry, error) {
 	fail := func(cause error) (Entry, error) {
 		return Entry{}, &CorruptError{Offset: -1, Index: index, Err: cause}
@@ -100,12 +135,19 @@ func decodeFrame(index uint64, b []byte) (Entry, error) {
 	if len(b) < headerSize {
 		return fail(fmt.Errorf("%w: %d bytes, need at least %d", ErrMalformed, len(b), headerSize))
 	}
-	if b[0] != frameVersion {
-		return fail(fmt.Errorf("%w %d (this binary reads %d)", ErrVersion, b[0], frameVersion))
+	if b[0] != frameVersion && b[0] != frameVersionV1 {
+		return fail(fmt.Errorf("%w %d (this binary reads %d and %d)", ErrVersion, b[0], frameVersionV1, frameVersion))
 	}
 	body := b[headerSize:]
 	if got, want := crc32.Checksum(body, castagnoli), binary.LittleEndian.Uint32(b[1:]); got != want {
 		return fail(fmt.Errorf("%w: computed %08x, stored %08x", ErrChecksum, got, want))
+	}
+	kind := KindPosition
+	if b[0] == frameVersion {
+		if len(body) == 0 || body[0] >= numKinds {
+			return fail(fmt.Errorf("%w: missing or unknown kind", ErrMalformed))
+		}
+		kind, body = Kind(body[0]), body[1:]
 	}
 	// Past the CRC only a bug in appendFrame could make these fail; they are
 	// checked anyway so no input can make decoding panic.
@@ -119,11 +161,16 @@ func decodeFrame(index uint64, b []byte) (Entry, error) {
 		return fail(fmt.Errorf("%w: bad topic length", ErrMalformed))
 	}
 	body = body[n:]
-	return Entry{
+	e := Entry{
+		Kind:    kind,
 		Arrival: arrival,
 		Topic:   string(body[:tlen]),
 		Payload: body[tlen:len(body):len(body)],
-	}, nil
+	}
+	if b[0] == frameVersionV1 && e.Topic == "" && len(e.Payload) == 0 {
+		e.Kind = KindTick
+	}
+	return e, nil
 }
 
 func uvarintLen(x uint64) int {

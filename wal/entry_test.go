@@ -22,6 +22,8 @@ func TestFrame_RoundTrip(t *testing.T) {
 		{"negative arrival", Entry{Arrival: -5, Topic: "t", Payload: []byte{0}}},
 		{"extreme arrivals", Entry{Arrival: math.MinInt64, Topic: strings.Repeat("t", 300), Payload: bytes.Repeat([]byte{0xff}, 4096)}},
 		{"max arrival", Entry{Arrival: math.MaxInt64}},
+		{"tick", Entry{Kind: KindTick, Arrival: 1726308298123}},
+		{"tick with topic", Entry{Kind: KindTick, Arrival: 3, Topic: "t", Payload: []byte("p")}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -50,15 +52,18 @@ func TestFrame_DecodeRejects(t *testing.T) {
 	}{
 		{"nil", nil, ErrMalformed},
 		{"short header", good[:4], ErrMalformed},
-		{"version", mutate(func(b []byte) []byte { b[0] = 2; return b }), ErrVersion},
+		{"version", mutate(func(b []byte) []byte { b[0] = 3; return b }), ErrVersion},
+		{"unknown kind", withCRC(mutate(func(b []byte) []byte { b[headerSize] = numKinds; return b })), ErrMalformed},
+		{"no kind byte", withCRC([]byte{frameVersion, 0, 0, 0, 0}), ErrMalformed},
+		{"v1 missing topic length", withCRC([]byte{frameVersionV1, 0, 0, 0, 0, 2}), ErrMalformed},
 		{"zero version (zeroed tail)", make([]byte, 16), ErrVersion},
 		{"crc byte", mutate(func(b []byte) []byte { b[2] ^= 1; return b }), ErrChecksum},
 		{"payload byte", mutate(func(b []byte) []byte { b[len(b)-1] ^= 0x80; return b }), ErrChecksum},
 		{"truncated", good[:len(good)-1], ErrChecksum},
 		{"extra byte", mutate(func(b []byte) []byte { return append(b, 'x') }), ErrChecksum},
-		{"topic length past end", withCRC([]byte{frameVersion, 0, 0, 0, 0, 2, 9, 'a'}), ErrMalformed},
-		{"non-canonical varint", withCRC([]byte{frameVersion, 0, 0, 0, 0, 0x80, 0x00, 0}), ErrMalformed},
-		{"missing topic length", withCRC([]byte{frameVersion, 0, 0, 0, 0, 2}), ErrMalformed},
+		{"topic length past end", withCRC([]byte{frameVersion, 0, 0, 0, 0, 0, 2, 9, 'a'}), ErrMalformed},
+		{"non-canonical varint", withCRC([]byte{frameVersion, 0, 0, 0, 0, 0, 0x80, 0x00, 0}), ErrMalformed},
+		{"missing topic length", withCRC([]byte{frameVersion, 0, 0, 0, 0, 0, 2}), ErrMalformed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -80,6 +85,43 @@ func TestFrame_DecodeRejects(t *testing.T) {
 	}
 }
 
+// appendFrameV1 writes a version-1 frame, as binaries before entry kinds
+// did: no kind byte (a tick was an empty topic and payload).
+func appendFrameV1(dst []byte, e Entry) []byte {
+	start := len(dst)
+	dst = append(dst, frameVersionV1, 0, 0, 0, 0)
+	dst = binary.AppendVarint(dst, e.Arrival)
+	dst = binary.AppendUvarint(dst, uint64(len(e.Topic)))
+	dst = append(dst, e.Topic...)
+	dst = append(dst, e.Payload...)
+	return withCRC(dst[start:])
+}
+
+func TestFrame_ReadsVersion1(t *testing.T) {
+	tests := []struct {
+		name string
+		in   Entry
+		want Kind
+	}{
+		{"position", Entry{Arrival: 1726308298123, Topic: "couriers/bcn/van-3/pos", Payload: []byte(`{"lat":41.9}`)}, KindPosition},
+		{"empty payload is a position", Entry{Arrival: 5, Topic: "t"}, KindPosition},
+		{"empty topic is a position", Entry{Arrival: 5, Payload: []byte("x")}, KindPosition},
+		{"empty topic and payload is a tick", Entry{Arrival: 1726308298123}, KindTick},
+		{"tick at zero", Entry{}, KindTick},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := decodeFrame(4, appendFrameV1(nil, tt.in))
+			if err != nil {
+				t.Fatalf("decodeFrame: %v", err)
+			}
+			want := tt.in
+			want.Kind = tt.want
+			assertEntry(t, 4, got, want)
+		})
+	}
+}
+
 // withCRC fills in the CRC of a hand-made frame, to reach the checks behind it.
 func withCRC(b []byte) []byte {
 	binary.LittleEndian.PutUint32(b[1:], crc32.Checksum(b[headerSize:], castagnoli))
@@ -89,6 +131,9 @@ func withCRC(b []byte) []byte {
 func FuzzDecodeFrame(f *testing.F) {
 	f.Add(appendFrame(nil, Entry{Arrival: 1726308298123, Topic: "couriers/bcn/van-3/pos", Payload: []byte(`{"lat":41.9}`)}))
 	f.Add(appendFrame(nil, Entry{}))
+	f.Add(appendFrame(nil, Entry{Kind: KindTick, Arrival: 1726308298123}))
+	f.Add(appendFrameV1(nil, Entry{Arrival: 1726308298123, Topic: "t", Payload: []byte("p")}))
+	f.Add(appendFrameV1(nil, Entry{Arrival: 1726308298123}))
 	f.Add([]byte{})
 	f.Add(make([]byte, 12))
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -100,19 +145,27 @@ func FuzzDecodeFrame(f *testing.F) {
 			}
 			return
 		}
-		// Only canonical frames decode, so re-encoding gives the input back.
-		if got := appendFrame(nil, e); !bytes.Equal(got, data) {
+		// Only canonical frames decode, so re-encoding in the input's
+		// version gives the input back.
+		enc := appendFrame
+		if data[0] == frameVersionV1 {
+			enc = appendFrameV1
+			if wantTick := e.Topic == "" && len(e.Payload) == 0; (e.Kind == KindTick) != wantTick {
+				t.Fatalf("v1 frame decoded as %v, topic %q, %d payload bytes", e.Kind, e.Topic, len(e.Payload))
+			}
+		}
+		if got := enc(nil, e); !bytes.Equal(got, data) {
 			t.Fatalf("re-encoded %x, want the input %x", got, data)
 		}
 	})
 }
 
 func FuzzFrameRoundTrip(f *testing.F) {
-	f.Add(int64(1726308298123), "couriers/bcn/van-3/pos", []byte(`{"lat":41.9}`))
-	f.Add(int64(-1), "", []byte{})
-	f.Add(int64(math.MinInt64), "\x00", []byte{0xff})
-	f.Fuzz(func(t *testing.T, arrival int64, topic string, payload []byte) {
-		in := Entry{Arrival: arrival, Topic: topic, Payload: payload}
+	f.Add(uint8(0), int64(1726308298123), "couriers/bcn/van-3/pos", []byte(`{"lat":41.9}`))
+	f.Add(uint8(1), int64(-1), "", []byte{})
+	f.Add(uint8(0), int64(math.MinInt64), "\x00", []byte{0xff})
+	f.Fuzz(func(t *testing.T, kind uint8, arrival int64, topic string, payload []byte) {
+		in := Entry{Kind: Kind(kind % numKinds), Arrival: arrival, Topic: topic, Payload: payload}
 		frame := appendFrame(nil, in)
 		got, err := decodeFrame(3, frame)
 		if err != nil {
@@ -134,8 +187,8 @@ func FuzzFrameRoundTrip(f *testing.F) {
 
 func assertEntry(tb testing.TB, index uint64, got, want Entry) {
 	tb.Helper()
-	if got.Arrival != want.Arrival || got.Topic != want.Topic || !bytes.Equal(got.Payload, want.Payload) {
-		tb.Fatalf("index %d: got {%d %q %d bytes}, want {%d %q %d bytes}", index,
-			got.Arrival, got.Topic, len(got.Payload), want.Arrival, want.Topic, len(want.Payload))
+	if got.Kind != want.Kind || got.Arrival != want.Arrival || got.Topic != want.Topic || !bytes.Equal(got.Payload, want.Payload) {
+		tb.Fatalf("index %d: got {%v %d %q %d bytes}, want {%v %d %q %d bytes}", index,
+			got.Kind, got.Arrival, got.Topic, len(got.Payload), want.Kind, want.Arrival, want.Topic, len(want.Payload))
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	twal "github.com/tidwall/wal"
+
+	"github.com/km0/edgeproc/internal/private"
 )
 
 // SyncMode says when an appended entry counts as durable.
@@ -107,9 +109,10 @@ type RepairReport struct {
 	// Index is the index the first dropped entry had; the next Append
 	// gets it.
 	Index uint64
-	// EntriesDropped counts the entries cut off, best effort: the records
-	// whose length prefix still fits, plus one for a trailing partial
-	// record. A kill -9 mid-write gives 1.
+	// EntriesDropped counts the entries cut off: every good record after
+	// the damage (found again past a damaged length prefix), plus one for
+	// each damaged stretch. A kill -9 mid-write gives 1; a flipped byte in
+	// the length prefix of the first of 9 entries gives 9.
 	EntriesDropped int
 	// Cause is what was wrong with the first bad entry (wraps ErrMalformed
 	// for a torn write, ErrChecksum for a flipped bit).
@@ -117,7 +120,9 @@ type RepairReport struct {
 }
 
 // Open opens or creates the log in dir, which the log owns: nothing else
-// should write there. A missing dir is created.
+// should write there. A missing dir is created with mode 0700, segment files
+// with 0600; an existing dir and its files lose any group and other access
+// (an older binary made them 0750/0640), logged if that fails.
 //
 // Every segment is read and every entry's CRC checked. A torn or corrupt
 // tail (kill -9 mid-write, zeros after a power cut) is repaired: the last
@@ -138,8 +143,11 @@ func Open(dir string, opt Options, log *slog.Logger) (*Log, RepairReport, error)
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	if err := os.MkdirAll(dir, private.DirMode); err != nil {
 		return nil, RepairReport{}, fmt.Errorf("wal: create dir %s: %w", dir, err)
+	}
+	for _, err := range private.Restrict(dir) {
+		log.Warn("wal: cannot make the log private", "err", err)
 	}
 	tw, rep, err := openRepaired(dir, opt, log)
 	if err != nil {
@@ -166,8 +174,8 @@ func tidwallOptions(opt Options) *twal.Options {
 		SegmentCacheSize: 2,
 		NoCopy:           true, // decodeFrame copies what it must
 		AllowEmpty:       true, // TruncateFront may drop everything
-		DirPerms:         0o750,
-		FilePerms:        0o640,
+		DirPerms:         private.DirMode,
+		FilePerms:        private.FileMode,
 	}
 }
 

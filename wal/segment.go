@@ -58,9 +58,8 @@ type scanResult struct {
 	entries int           // entries in the valid prefix
 	valid   int64         // length of the valid prefix, bytes
 	damage  *CorruptError // first bad entry, nil if the whole file is good
-	// dropped counts the entries from the damage to the end of the file,
-	// best effort: frames whose length prefix still fits, plus one for a
-	// trailing partial frame.
+	// dropped counts the entries from the damage to the end of the file
+	// (see countDropped).
 	dropped int
 }
 
@@ -85,7 +84,7 @@ func scanSegment(seg segmentFile) (scanResult, error) {
 				cause = ce.Err
 			}
 			r.damage = &CorruptError{Segment: seg.path, Offset: int64(off), Index: index, Err: cause}
-			r.dropped = countRecords(data[off:])
+			r.dropped = countDropped(data[off:])
 			break
 		}
 		off += n
@@ -109,17 +108,56 @@ func nextRecord(b []byte) (int, []byte, error) {
 	return n + int(size), b[n : n+int(size)], nil
 }
 
-func countRecords(b []byte) int {
+// countDropped counts the entries in b, a segment's tail from its first bad
+// entry on. A damaged length prefix hides where the next entries start, so
+// after each bad stretch it resynchronises on the next offset that holds a
+// whole record with a good frame (CRC-32C makes a false match in random
+// bytes about a 2^-32 chance per candidate). Each bad stretch counts as one
+// entry, so a torn write counts 1, and a flipped length prefix in front of
+// eight good entries counts 9.
+func countDropped(b []byte) int {
 	count := 0
 	for len(b) > 0 {
-		n, _, err := nextRecord(b)
-		count++
-		if err != nil {
+		count++ // b starts with a bad record
+		next := -1
+		for off := 1; off < len(b); off++ {
+			if goodRecordAt(b[off:]) {
+				next = off
+				break
+			}
+		}
+		if next < 0 {
 			break
 		}
-		b = b[n:]
+		b = b[next:]
+		for len(b) > 0 {
+			n, frame, err := nextRecord(b)
+			if err != nil {
+				break
+			}
+			if _, err := decodeFrame(0, frame); err != nil {
+				break
+			}
+			count++
+			b = b[n:]
+		}
 	}
 	return count
+}
+
+// goodRecordAt reports whether b starts with a whole record holding a frame
+// that decodes. The version byte is checked before the CRC, so most offsets
+// of a damaged stretch cost a few byte reads.
+func goodRecordAt(b []byte) bool {
+	size, n := binary.Uvarint(b)
+	if n <= 0 || size < headerSize || size > uint64(len(b)-n) {
+		return false
+	}
+	if v := b[n]; v != frameVersion && v != frameVersionV1 {
+		return false
+	}
+	_, err := decodeFrame(0, b[n:n+int(size)])
+	return err == nil
 }
 
 // cutFile truncates path to size and fsyncs it, so the repair survives a

@@ -11,6 +11,18 @@
 // checksums and no recovery from a torn write; this package frames each
 // entry with a version byte and a CRC-32C, checks every entry at Open, cuts a
 // damaged tail, and owns fsync so that many entries share one.
+//
+// A full disk (ENOSPC, EDQUOT on a write) is not fatal: the log stalls. It
+// keeps the batch that could not be written, acks nothing (done is not
+// called, so Append soon blocks on backpressure), reports it in Stats, and
+// retries every 100 ms, doubling to 5 s. Before each retry it closes and
+// reopens its segments, cutting the partial record the failed write may have
+// left (tidwall keeps no usable state after a failed write), and resends
+// only the entries that are not already on disk, so once space returns it
+// resumes by itself with nothing lost, nothing twice and no torn record
+// inside a segment. Every other write error, and any fsync error (after a
+// failed fsync Linux may drop the dirty pages, so a retry could report
+// success for lost data), stops the log for good as before.
 package wal
 
 import (
@@ -19,6 +31,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	twal "github.com/tidwall/wal"
@@ -28,12 +41,23 @@ import (
 // does not pin memory for good.
 const maxPooledFrame = 64 << 10
 
+// A stalled log retries after firstStallRetry, doubling up to maxStallRetry.
+const (
+	firstStallRetry = 100 * time.Millisecond
+	maxStallRetry   = 5 * time.Second
+)
+
 // Log is an open write-ahead log. Its methods are safe for concurrent use.
 type Log struct {
 	dir string
 	opt Options
 	log *slog.Logger
-	tw  *twal.Log
+
+	// tw is replaced only by the writer goroutine (when it reopens the
+	// segments after a full disk), under twMu; the writer reads it without
+	// the lock, every other goroutine with the read lock.
+	twMu sync.RWMutex
+	tw   *twal.Log
 
 	frames sync.Pool // *[]byte encode buffers
 
@@ -47,10 +71,15 @@ type Log struct {
 	firstAt time.Time  // when q's first entry was appended
 	closing bool
 	failed  error // first write or fsync error; the log accepts nothing after it
+	// stallCause is the full-disk error the writer is waiting out, or nil;
+	// stallSince is when that began.
+	stallCause error
+	stallSince time.Time
 
 	kick    chan struct{}   // wakes the writer; capacity 1
 	syncReq chan chan error // explicit Sync requests
 	stopped chan struct{}   // closed when the writer has exited
+	closeCh chan struct{}   // closed by Close: ends a stall
 
 	truncMu sync.Mutex // serialises TruncateFront
 
@@ -65,6 +94,7 @@ type Log struct {
 	fsyncLast  atomic.Int64 // ns
 	bytes      atomic.Int64
 	repairs    atomic.Uint64
+	stalls     atomic.Uint64
 
 	batch twal.Batch // writer-owned
 }
@@ -112,6 +142,7 @@ func newLog(dir string, opt Options, log *slog.Logger, tw *twal.Log) (*Log, erro
 		kick:    make(chan struct{}, 1),
 		syncReq: make(chan chan error),
 		stopped: make(chan struct{}),
+		closeCh: make(chan struct{}),
 	}
 	l.space = sync.NewCond(&l.mu)
 	l.frames.New = func() any { b := make([]byte, 0, 512); return &b }
@@ -130,9 +161,13 @@ func newLog(dir string, opt Options, log *slog.Logger, tw *twal.Log) (*Log, erro
 // buffers at once.
 //
 // Append never waits for an fsync itself, but it blocks while 4*MaxBatch
-// entries are not yet durable (backpressure). It fails with ErrClosed after
-// Close, and with the first write or fsync error once one has happened.
+// entries are not yet durable (backpressure), which includes the whole of a
+// full-disk stall. It fails with ErrClosed after Close, with the first write
+// or fsync error once one has happened, and for a Kind it does not know.
 func (l *Log) Append(e Entry, done func(index uint64, err error)) (uint64, error) {
+	if e.Kind >= numKinds {
+		return 0, fmt.Errorf("wal: append: unknown entry kind %d", uint8(e.Kind))
+	}
 	bp := l.frames.Get().(*[]byte)
 	frame := appendFrame((*bp)[:0], e)
 
@@ -223,7 +258,9 @@ func (l *Log) run() {
 			l.pending -= len(q.metas)
 			if err != nil && l.failed == nil {
 				l.failed = err
-				l.log.Error("wal: write failed; the log accepts no more entries", "dir", l.dir, "err", err)
+				if !l.closing {
+					l.log.Error("wal: write failed; the log accepts no more entries", "dir", l.dir, "err", err)
+				}
 			}
 			q.reset()
 			l.spare = q
@@ -251,13 +288,10 @@ func (l *Log) commit(q *queue) error {
 	ok := 0 // metas[:ok] are durable and their done called
 	if err == nil {
 		if l.opt.Sync == SyncAlways {
-			start := 0
-			for _, m := range q.metas {
-				l.batch.Write(m.index, q.buf[start:m.end])
-				if err = l.write(m.index, m.end-start+uvarintLen(uint64(m.end-start))); err != nil {
+			for i, m := range q.metas {
+				if err = l.writeEntries(q, i, i+1); err != nil {
 					break
 				}
-				start = m.end
 				if err = l.fsync(1); err != nil {
 					break
 				}
@@ -265,13 +299,7 @@ func (l *Log) commit(q *queue) error {
 				ok++
 			}
 		} else {
-			start, size := 0, 0
-			for _, m := range q.metas {
-				l.batch.Write(m.index, q.buf[start:m.end])
-				size += m.end - start + uvarintLen(uint64(m.end-start))
-				start = m.end
-			}
-			err = l.write(q.metas[len(q.metas)-1].index, size)
+			err = l.writeEntries(q, 0, len(q.metas))
 			if err == nil && l.opt.Sync == SyncBatch {
 				err = l.fsync(len(q.metas))
 			}
@@ -283,14 +311,137 @@ func (l *Log) commit(q *queue) error {
 	return err
 }
 
-// write hands the batch to tidwall; last is its last index and size the
-// bytes it adds to the segment files.
-func (l *Log) write(last uint64, size int) error {
+// writeEntries hands q.metas[lo:hi] to tidwall, waiting out a full disk (see
+// the package doc): it returns nil once they are all written, or the first
+// error that is not a full disk, or an error once Close ends a stall.
+func (l *Log) writeEntries(q *queue, lo, hi int) error {
+	var (
+		wait   time.Duration
+		reopen bool
+		cause  error
+	)
+	for {
+		if reopen {
+			err := l.reopen()
+			if err == nil {
+				reopen = false
+				// The failed write may have got some whole records to disk.
+				for lo < hi && q.metas[lo].index <= l.written.Load() {
+					lo++
+				}
+			} else if !isNoSpace(err) {
+				return err
+			} else {
+				cause = err
+			}
+		}
+		if !reopen {
+			if lo == hi {
+				l.endStall()
+				return nil
+			}
+			err := l.write(q, lo, hi)
+			if err == nil {
+				l.endStall()
+				return nil
+			}
+			if !isNoSpace(err) {
+				return err
+			}
+			cause, reopen = err, true
+		}
+		wait = min(max(2*wait, firstStallRetry), maxStallRetry)
+		l.stall(cause, wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-l.closeCh:
+			t.Stop()
+			return fmt.Errorf("wal: closed while stalled, %d entries not written: %w", hi-lo, cause)
+		}
+	}
+}
+
+// isNoSpace reports whether err is a full disk or an exhausted quota.
+func isNoSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+}
+
+// stall records that the writer waits out cause, logging its start.
+func (l *Log) stall(cause error, retry time.Duration) {
+	l.mu.Lock()
+	first := l.stallCause == nil
+	l.stallCause = cause
+	if first {
+		l.stallSince = time.Now()
+	}
+	pending := l.pending
+	l.mu.Unlock()
+	if first {
+		l.stalls.Add(1)
+		l.log.Warn("wal: disk full; acking nothing until the write succeeds", "dir", l.dir,
+			"err", cause, "pending", pending, "retry_in", retry)
+	}
+}
+
+func (l *Log) endStall() {
+	l.mu.Lock()
+	cause, since := l.stallCause, l.stallSince
+	l.stallCause = nil
+	l.mu.Unlock()
+	if cause != nil {
+		l.log.Info("wal: disk has room again; resumed", "dir", l.dir, "stalled_for", time.Since(since).Round(time.Millisecond))
+	}
+}
+
+// reopen closes tidwall and opens it again, cutting a partial record a
+// failed write left at the tail. Only the writer calls it.
+func (l *Log) reopen() error {
+	l.twMu.Lock()
+	defer l.twMu.Unlock()
+	// Closing twice is harmless (tidwall answers ErrClosed), and a closed
+	// tw stays in place if the reopen fails, so readers get ErrClosed.
+	// tidwall's Close fsyncs first, and a failed fsync is fatal here too.
+	if err := l.tw.Close(); err != nil && !errors.Is(err, twal.ErrClosed) {
+		// %v, not %w: a failed fsync must not look like a full disk to retry.
+		return fmt.Errorf("wal: close %s to reopen it after a full disk: %v", l.dir, err)
+	}
+	tw, _, err := openRepaired(l.dir, l.opt, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return fmt.Errorf("wal: reopen %s after a full disk: %w", l.dir, err)
+	}
+	last, err := tw.LastIndex()
+	if err == nil && last < l.written.Load() {
+		err = fmt.Errorf("%w: reopened log ends at index %d, before written index %d", ErrCorrupt, last, l.written.Load())
+	}
+	if err != nil {
+		tw.Close()
+		return fmt.Errorf("wal: reopen %s after a full disk: %w", l.dir, err)
+	}
+	l.tw = tw
+	l.written.Store(last)
+	if size, err := dirBytes(l.dir); err == nil {
+		l.bytes.Store(size)
+	}
+	return nil
+}
+
+// write hands q.metas[lo:hi] to tidwall.
+func (l *Log) write(q *queue, lo, hi int) error {
+	start, size := 0, 0
+	if lo > 0 {
+		start = q.metas[lo-1].end
+	}
+	for _, m := range q.metas[lo:hi] {
+		l.batch.Write(m.index, q.buf[start:m.end])
+		size += m.end - start + uvarintLen(uint64(m.end-start))
+		start = m.end
+	}
 	if err := l.tw.WriteBatch(&l.batch); err != nil {
 		l.batch.Clear()
 		return fmt.Errorf("wal: write to %s: %w", l.dir, err)
 	}
-	l.written.Store(last)
+	l.written.Store(q.metas[hi-1].index)
 	l.bytes.Add(int64(size))
 	return nil
 }
@@ -389,7 +540,9 @@ func (l *Log) Replay(from uint64, fn func(index uint64, e Entry) error) error {
 	from = max(from, l.first.Load())
 	last := l.written.Load()
 	for i := from; i <= last; i++ {
+		l.twMu.RLock()
 		data, err := l.tw.Read(i)
+		l.twMu.RUnlock()
 		if err != nil {
 			if errors.Is(err, twal.ErrClosed) {
 				return ErrClosed
@@ -433,7 +586,10 @@ func (l *Log) TruncateFront(index uint64) error {
 			return err
 		}
 	}
-	if err := l.tw.TruncateFront(index); err != nil {
+	l.twMu.RLock()
+	err := l.tw.TruncateFront(index)
+	l.twMu.RUnlock()
+	if err != nil {
 		if errors.Is(err, twal.ErrClosed) {
 			return ErrClosed
 		}
@@ -461,14 +617,27 @@ type Stats struct {
 	Repairs    uint64        // tails repaired at Open: 0 or 1
 	FirstIndex uint64
 	LastIndex  uint64
+	// Stalled is true while the log waits out a full disk (see the package
+	// doc); StallCause is then that write error, else "". Stalls counts
+	// the stalls that began since Open.
+	Stalled    bool
+	StallCause string
+	Stalls     uint64
 }
 
 // Stats returns the current counters.
 func (l *Log) Stats() Stats {
 	l.mu.Lock()
-	pending, last := l.pending, l.next-1
+	pending, last, stall := l.pending, l.next-1, l.stallCause
 	l.mu.Unlock()
+	cause := ""
+	if stall != nil {
+		cause = stall.Error()
+	}
 	return Stats{
+		Stalled:    stall != nil,
+		StallCause: cause,
+		Stalls:     l.stalls.Load(),
 		Appended:   l.appended.Load(),
 		Synced:     l.synced.Load(),
 		Failed:     l.failedN.Load(),
@@ -494,6 +663,7 @@ func (l *Log) Close() error {
 		return ErrClosed
 	}
 	l.closing = true
+	close(l.closeCh)
 	l.space.Broadcast()
 	l.mu.Unlock()
 	l.wake()
@@ -503,7 +673,7 @@ func (l *Log) Close() error {
 	failed := l.failed
 	l.mu.Unlock()
 	var cerr error
-	if err := l.tw.Close(); err != nil { // fsyncs the tail
+	if err := l.tw.Close(); err != nil && !errors.Is(err, twal.ErrClosed) { // fsyncs the tail
 		cerr = fmt.Errorf("wal: close %s: %w", l.dir, err)
 	}
 	return errors.Join(failed, cerr)

@@ -96,7 +96,11 @@ func randomEntries(rng *rand.Rand, n int) []Entry {
 		if rng.IntN(20) == 0 {
 			topic = ""
 		}
-		es[i] = Entry{Arrival: rng.Int64() - rng.Int64(), Topic: topic, Payload: p}
+		kind := KindPosition
+		if rng.IntN(20) == 0 {
+			kind = KindTick
+		}
+		es[i] = Entry{Kind: kind, Arrival: rng.Int64() - rng.Int64(), Topic: topic, Payload: p}
 	}
 	return es
 }
@@ -623,4 +627,45 @@ func TestLog_ConcurrentReplayAndAppend(t *testing.T) {
 		_ = l.Stats()
 	}
 	wg.Wait()
+}
+
+func TestOpen_Permissions(t *testing.T) {
+	assertPerm := func(path string, want os.FileMode) {
+		t.Helper()
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fi.Mode().Perm(); got != want {
+			t.Errorf("%s: mode %#o, want %#o", path, got, want)
+		}
+	}
+	t.Run("new", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "wal")
+		l, _ := mustOpen(t, dir, Options{})
+		mustAppend(t, l, []Entry{{Topic: "t"}})
+		mustClose(t, l)
+		assertPerm(dir, 0o700)
+		for _, s := range mustSegments(t, dir) {
+			assertPerm(s.path, 0o600)
+		}
+	})
+	t.Run("older binary's", func(t *testing.T) {
+		dir := mustLog(t, Options{}, []Entry{{Topic: "t"}})
+		segs := mustSegments(t, dir)
+		for _, s := range segs {
+			if err := os.Chmod(s.path, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.Chmod(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		l, _ := mustOpen(t, dir, Options{})
+		mustClose(t, l)
+		assertPerm(dir, 0o700)
+		for _, s := range segs {
+			assertPerm(s.path, 0o600)
+		}
+	})
 }

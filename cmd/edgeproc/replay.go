@@ -81,7 +81,7 @@ func runCheckConfig(_ context.Context, args []string, stdout, _ io.Writer) error
 	}
 	var errs []error
 	for _, p := range args {
-		c, err := config.Load(p)
+		c, err := config.LoadLive(p)
 		if err != nil {
 			errs = append(errs, err)
 			continue

@@ -35,7 +35,7 @@ func runService(ctx context.Context, args []string, _, stderr io.Writer) error {
 	var cfgs []config.Config
 	var errs []error
 	for _, p := range files {
-		c, err := config.Load(p)
+		c, err := config.LoadLive(p)
 		if err != nil {
 			errs = append(errs, err)
 			continue

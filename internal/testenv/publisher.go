@@ -60,7 +60,17 @@ func DialPublisher(addr, clientID string) (*Publisher, error) {
 // Publish sends one QoS 1 message and waits for the broker's ack. It is
 // safe to call from any goroutine.
 func (p *Publisher) Publish(ctx context.Context, topic string, payload []byte) error {
-	if _, err := p.c.Publish(ctx, &paho.Publish{QoS: 1, Topic: topic, Payload: payload}); err != nil {
+	return p.publish(ctx, topic, payload, false)
+}
+
+// PublishRetained is Publish with the retain flag: the broker keeps the
+// message and offers it to later subscribers of topic.
+func (p *Publisher) PublishRetained(ctx context.Context, topic string, payload []byte) error {
+	return p.publish(ctx, topic, payload, true)
+}
+
+func (p *Publisher) publish(ctx context.Context, topic string, payload []byte, retain bool) error {
+	if _, err := p.c.Publish(ctx, &paho.Publish{QoS: 1, Topic: topic, Payload: payload, Retain: retain}); err != nil {
 		return fmt.Errorf("publish to %s: %w", topic, err)
 	}
 	return nil

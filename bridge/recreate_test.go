@@ -1,0 +1,193 @@
+package bridge_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/km0/edgeproc/bridge"
+	"github.com/km0/edgeproc/internal/testenv"
+)
+
+// syncBuffer is a log sink safe for the bridge's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func openLogged(tb testing.TB, nc *nats.Conn, cfg bridge.Config) (*bridge.Bridge, *syncBuffer) {
+	tb.Helper()
+	var logs syncBuffer
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b, err := bridge.Open(ctx, nc, cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		tb.Fatalf("open bridge: %v", err)
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = b.Close(ctx)
+	})
+	return b, &logs
+}
+
+func mustJS(tb testing.TB, nc *nats.Conn) jetstream.JetStream {
+	tb.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return js
+}
+
+func waitTrue(tb testing.TB, d time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A stream deleted under a running bridge is noticed by the publishes that
+// find no stream, created again with a warning, and the pending results
+// land in it.
+func TestPublish_StreamDeletedIsRecreated(t *testing.T) {
+	srv := testenv.StartNATS(t)
+	nc := srv.Connect(t)
+	cfg := bridge.Config{Market: "girona", AckTimeout: time.Second, MaxBackoff: 100 * time.Millisecond}
+	b, logs := openLogged(t, nc, cfg)
+	subj := cfg.Subject(bridge.KindDistance)
+	if !b.StreamReady() {
+		t.Fatal("StreamReady false after Open")
+	}
+	publishRange(t, b, subj, 0, 10)
+	mustFlush(t, b, 10*time.Second)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := mustJS(t, nc).DeleteStream(ctx, b.Config().Stream); err != nil {
+		t.Fatal(err)
+	}
+	publishRange(t, b, subj, 10, 50)
+	mustFlush(t, b, 20*time.Second)
+
+	msgs := testenv.ReadStream(t, srv.URL(), b.Config().Stream)
+	ids := msgIDs(msgs)
+	for i := 10; i < 50; i++ {
+		if c := ids[fmt.Sprintf("k|%d", i)]; c != 1 {
+			t.Errorf("key k|%d stored %d times in the recreated stream, want 1", i, c)
+		}
+	}
+	if len(msgs) != 40 {
+		t.Errorf("recreated stream holds %d messages, want the 40 published after the loss", len(msgs))
+	}
+	st := b.Stats()
+	if st.StreamRecreated != 1 || !st.StreamReady || st.Pending != 0 {
+		t.Errorf("got StreamRecreated %d, StreamReady %v, Pending %d; want 1, true, 0", st.StreamRecreated, st.StreamReady, st.Pending)
+	}
+	if l := logs.String(); !strings.Contains(l, "level=WARN") || !strings.Contains(l, "stream was missing") || !strings.Contains(l, "lost") {
+		t.Errorf("log %q: want a warning that the stream was missing and what was lost", l)
+	}
+}
+
+// StreamReady follows the connection and the acks.
+func TestStreamReady_FollowsOutage(t *testing.T) {
+	srv := testenv.StartNATS(t)
+	nc := srv.Connect(t)
+	cfg := bridge.Config{Market: "girona", AckTimeout: 300 * time.Millisecond, MaxBackoff: 100 * time.Millisecond}
+	b := mustOpen(t, nc, cfg)
+	srv.Shutdown()
+	waitTrue(t, 5*time.Second, "StreamReady false while NATS is down", func() bool { return !b.StreamReady() })
+	publishRange(t, b, cfg.Subject(bridge.KindDistance), 0, 1)
+	srv.Restart()
+	mustFlush(t, b, 20*time.Second)
+	if !b.StreamReady() {
+		t.Errorf("StreamReady false after the pending result was acked (stats %+v)", b.Stats())
+	}
+}
+
+// A courier bucket deleted under a running bridge is recreated, and every
+// courier's newest state is written into it again from the table.
+func TestKV_BucketDeletedIsRecreated(t *testing.T) {
+	srv := testenv.StartNATS(t)
+	nc := srv.Connect(t)
+	cfg := bridge.Config{Market: "girona", KVInterval: time.Minute, AckTimeout: time.Second}
+	b, logs := openLogged(t, nc, cfg)
+	bucket := b.Config().KVBucket
+	b.UpdateCourier(bridge.CourierState{Courier: "a", TS: 1, Status: bridge.StatusOnline})
+	b.UpdateCourier(bridge.CourierState{Courier: "b", TS: 2, Status: bridge.StatusNoSignal})
+	if _, _, ok := waitKV(t, nc, bucket, "b", 5*time.Second, func(cs bridge.CourierState) bool { return cs.TS == 2 }); !ok {
+		t.Fatal("b never written")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := mustJS(t, nc).DeleteKeyValue(ctx, bucket); err != nil {
+		t.Fatal(err)
+	}
+	b.UpdateCourier(bridge.CourierState{Courier: "c", TS: 3, Status: bridge.StatusOnline}) // finds no bucket
+	waitTrue(t, 20*time.Second, "the bucket recreated", func() bool { return b.Stats().KVRecreated == 1 })
+	b.ScanKV() // the rewrite is due at once; a scan writes it without waiting for the ticker
+	for _, want := range []bridge.CourierState{
+		{Courier: "a", TS: 1, Status: bridge.StatusOnline},
+		{Courier: "b", TS: 2, Status: bridge.StatusNoSignal},
+		{Courier: "c", TS: 3, Status: bridge.StatusOnline},
+	} {
+		if got, _, ok := waitKV(t, nc, bucket, want.Courier, 10*time.Second, func(cs bridge.CourierState) bool { return cs == want }); !ok {
+			t.Errorf("after the bucket was recreated: %s is %+v, want %+v", want.Courier, got, want)
+		}
+	}
+	if l := logs.String(); !strings.Contains(l, "courier bucket was missing") || !strings.Contains(l, "couriers=3") {
+		t.Errorf("log %q: want a warning naming the bucket loss and the couriers rewritten", l)
+	}
+}
+
+// The case: after a courier's newer online state is written, a
+// stale no_signal (of an older session) must not overwrite it, however long
+// after the write it comes.
+func TestKV_NewestWinsAfterWrite(t *testing.T) {
+	srv := testenv.StartNATS(t)
+	nc := srv.Connect(t)
+	cfg := bridge.Config{Market: "girona", KVInterval: 50 * time.Millisecond}
+	b := mustOpen(t, nc, cfg)
+	bucket := b.Config().KVBucket
+	b.UpdatePosition([]byte("van-1"), 400, 1, 2)
+	if _, _, ok := waitKV(t, nc, bucket, "van-1", 5*time.Second, func(cs bridge.CourierState) bool { return cs.TS == 400 }); !ok {
+		t.Fatal("position never written")
+	}
+	time.Sleep(10 * cfg.KVInterval) // long after the write: the coalescer used to forget the courier here
+	b.MarkNoSignal("van-1", 300, 5, 6)
+	b.UpdateCourier(bridge.CourierState{Courier: "van-1", TS: 200, Status: bridge.StatusNoSignal})
+	b.ScanKV()
+	time.Sleep(200 * time.Millisecond)
+	if cs, _ := kvState(t, nc, bucket, "van-1"); cs.TS != 400 || cs.Status != bridge.StatusOnline {
+		t.Errorf("got %+v, want the newer online state (ts 400) kept", cs)
+	}
+	b.MarkNoSignal("van-1", 400, 1, 2) // its own session's end does count
+	if cs, _, ok := waitKV(t, nc, bucket, "van-1", 5*time.Second, func(cs bridge.CourierState) bool { return cs.Status == bridge.StatusNoSignal }); !ok {
+		t.Errorf("got %+v, want no_signal at ts 400", cs)
+	}
+}
