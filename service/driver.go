@@ -8,6 +8,7 @@ import (
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/engine"
 	"github.com/km0/edgeproc/mqtt"
+	"github.com/km0/edgeproc/wal"
 )
 
 // durable is a log entry that is on disk, on its way to the driver, with
@@ -15,7 +16,7 @@ import (
 // replayed entries).
 type durable struct {
 	index uint64
-	e     entry
+	e     wal.Entry
 	msg   *mqtt.Message
 	err   error // the log could not make the entry durable
 }
@@ -45,24 +46,28 @@ type driver struct {
 	fatal       error // the log failed: nothing more can be acked
 }
 
-// apply hands one log entry to the engine. Positions carry their log index
-// as Line, the line of a rejected record's key, so that key is the same
-// after a recovery.
-func (d *driver) apply(index uint64, e entry) {
-	switch e.kind {
-	case kindPosition:
-		in := engine.Input{Payload: e.payload, Topic: e.topic, Arrival: e.arrival, HasArrival: true, Line: int64(index)}
+// apply hands one log entry to the engine: every kind, live and at
+// recovery alike, goes through here. A position (an MQTT message as
+// received, valid or not) carries its log index as Line, the line of a
+// rejected record's key, so that key is the same after a recovery; a tick
+// applies the idle rule at its arrival; a listen says the source
+// (re)started listening then, so the silence before it was deafness, not
+// evidence (contract §3).
+func (d *driver) apply(index uint64, e wal.Entry) {
+	switch e.Kind {
+	case wal.KindPosition:
+		in := engine.Input{Payload: e.Payload, Topic: e.Topic, Arrival: e.Arrival, HasArrival: true, Line: int64(index)}
 		if d.record != nil {
 			d.record(d.cfg.Market, in)
 		}
 		d.eng.Push(&in)
 		d.changed = true
-	case kindTick:
-		d.eng.Tick(e.arrival)
+	case wal.KindTick:
+		d.eng.Tick(e.Arrival)
 		d.tickPending = false
 		d.changed = true
-	case kindListen:
-		d.eng.Listen(e.arrival)
+	case wal.KindListen:
+		d.eng.Listen(e.Arrival)
 	}
 	d.applied = index
 }

@@ -112,6 +112,9 @@ func (m *market) recover(ecfg engine.Config) error {
 		return err
 	}
 	m.ckpt.store = store
+	for _, err := range store.Unrestricted() {
+		m.log.Warn("checkpoint file or directory readable by others; could not make it private", "err", err)
+	}
 	c, ok, skipped, err := store.Load()
 	for _, s := range skipped {
 		m.log.Warn("skipping a damaged checkpoint; falling back to the previous one", "err", s)
@@ -166,7 +169,7 @@ func (m *market) recover(ecfg engine.Config) error {
 	var n int64
 	err = log.Replay(tag+1, func(i uint64, e wal.Entry) error {
 		m.in.now = max(m.in.now, e.Arrival)
-		d.apply(i, entryOf(e))
+		d.apply(i, e)
 		n++
 		return nil
 	})

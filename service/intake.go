@@ -70,13 +70,13 @@ func (in *intake) handle(msg *mqtt.Message) {
 		// The first message of a new connection (or of one whose up-call
 		// has not run yet: then every message until it has gets a listen
 		// of its own). Whatever silence came before was deafness.
-		in.appendLocked(entry{kind: kindListen, arrival: in.now}, nil)
+		in.appendLocked(wal.Entry{Kind: wal.KindListen, Arrival: in.now}, nil)
 		if up {
 			in.conn = conn
 		}
 	}
 	in.heard = in.now
-	in.appendLocked(entry{kind: kindPosition, arrival: in.now, topic: msg.Topic, payload: msg.Payload}, msg)
+	in.appendLocked(wal.Entry{Arrival: in.now, Topic: msg.Topic, Payload: msg.Payload}, msg)
 }
 
 // watch logs a listen entry for a new connection whose subscription is
@@ -93,7 +93,7 @@ func (in *intake) watch(stop <-chan struct{}) {
 			if conn, up, sub := in.hearing(); up && sub && conn != in.conn && !in.stopped {
 				in.now = max(in.now, in.clock().UnixMilli())
 				in.heard, in.conn = in.now, conn
-				in.appendLocked(entry{kind: kindListen, arrival: in.now}, nil)
+				in.appendLocked(wal.Entry{Kind: wal.KindListen, Arrival: in.now}, nil)
 			}
 			in.mu.Unlock()
 		}
@@ -115,13 +115,13 @@ func (in *intake) tick(idle int64) bool {
 		return false
 	}
 	in.now = now
-	in.appendLocked(entry{kind: kindTick, arrival: now}, nil)
+	in.appendLocked(wal.Entry{Kind: wal.KindTick, Arrival: now}, nil)
 	return true
 }
 
 // appendLocked appends e; the log's goroutine hands it on once durable.
-func (in *intake) appendLocked(e entry, msg *mqtt.Message) {
-	_, err := in.wal.Append(e.walEntry(), func(i uint64, err error) {
+func (in *intake) appendLocked(e wal.Entry, msg *mqtt.Message) {
+	_, err := in.wal.Append(e, func(i uint64, err error) {
 		in.durable(durable{index: i, e: e, msg: msg, err: err})
 	})
 	if err != nil && !errors.Is(err, wal.ErrClosed) {

@@ -91,6 +91,7 @@ func newMarket(cfg config.Config, nc *nats.Conn, deps *Deps) *market {
 			URL: url, Topic: cfg.MQTT.Topic, ClientID: cfg.MQTT.ClientID,
 			Username: cfg.MQTT.Username, Password: cfg.MQTT.Password(),
 			CAFile: cfg.MQTT.CAFile, SessionExpiry: cfg.MQTT.SessionExpiry,
+			MaxPayload: cfg.MQTT.MaxPacketSize,
 		},
 		log: log, clock: deps.Clock, errLog: ratelog.Limiter{Every: 5 * time.Second},
 		durable: func(x durable) { m.drv.in <- x },
@@ -106,7 +107,7 @@ func (m *market) snapshot() metrics.Snapshot {
 		s.Engine, s.HasEngine = e.Stats(), true
 	}
 	if b := m.snk.br.Load(); b != nil {
-		s.Bridge, s.HasBridge, s.StreamReady = b.Stats(), true, true
+		s.Bridge, s.HasBridge, s.StreamReady = b.Stats(), true, b.StreamReady()
 	}
 	if src := m.in.src.Load(); src != nil {
 		s.MQTT, s.HasMQTT = src.Stats(), true
@@ -128,6 +129,11 @@ func (m *market) notReady() string {
 	}
 	if r := m.snk.ready(); r != "" {
 		return r
+	}
+	if l := m.wal.Load(); l != nil {
+		if st := l.Stats(); st.Stalled {
+			return "disk: write-ahead log stalled, nothing is acknowledged: " + st.StallCause
+		}
 	}
 	return m.in.ready()
 }

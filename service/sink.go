@@ -45,6 +45,7 @@ func (s *sink) open(ctx context.Context) (bool, error) {
 		Market: s.cfg.Market, SubjectPrefix: s.cfg.NATS.SubjectPrefix, Stream: s.cfg.NATS.Stream,
 		DuplicateWindow: s.cfg.NATS.DuplicateWindow,
 		ComputeCell:     true, CellResolution: s.cfg.Geo.H3Resolution,
+		KVInterval: s.cfg.NATS.KVInterval, MaxCouriers: s.cfg.Limits.MaxCouriers,
 	}
 	if err := cfg.Validate(); err != nil {
 		return false, err
@@ -114,6 +115,8 @@ func (s *sink) ready() string {
 		return "nats: stream not created yet"
 	case !br.Connected():
 		return "nats: not connected"
+	case !br.StreamReady():
+		return "nats: stream " + br.Config().Stream + " not ready"
 	}
 	return ""
 }

@@ -18,8 +18,12 @@ const (
 	// KindTick is an idle advance of processing time to Arrival; Topic and
 	// Payload are normally empty.
 	KindTick Kind = 1
+	// KindListen records that the source (re)started listening at Arrival
+	// (contract §3, deaf is not silent): the silence before it does not
+	// count for the idle rule. Topic and Payload are empty.
+	KindListen Kind = 2
 
-	numKinds = 2 // kinds this binary knows: [0, numKinds)
+	numKinds = 3 // kinds this binary knows: [0, numKinds)
 )
 
 func (k Kind) String() string {
@@ -28,11 +32,14 @@ func (k Kind) String() string {
 		return "position"
 	case KindTick:
 		return "tick"
+	case KindListen:
+		return "listen"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
 
-// Entry is one record of the log: an arrived MQTT message or an idle tick.
+// Entry is one record of the log: an arrived MQTT message, an idle tick or
+// a listen.
 type Entry struct {
 	// Kind is what the entry records. Default KindPosition.
 	Kind Kind
