@@ -107,6 +107,8 @@ func (d *decoder) decode(r io.Reader, c *Config) {
 		})},
 		{"http", d.section([]field{
 			{"listen", d.str(&c.HTTP.Listen)},
+			{"board", d.bool(&c.HTTP.Board)},
+			{"board_tiles", d.str(&c.HTTP.BoardTiles)},
 		})},
 	})
 }
@@ -184,6 +186,25 @@ func (d *decoder) duration(p *time.Duration) func(string, *yaml.Node) {
 				reason = "a number needs a unit: use e.g. 45s, 5m or 1h30m (only 0 may be bare)"
 			}
 			d.fail(n, path, s, ErrBadDuration, reason)
+			return
+		}
+		*p = v
+	}
+}
+
+func (d *decoder) bool(p *bool) func(string, *yaml.Node) {
+	return func(path string, n *yaml.Node) {
+		s, ok := d.scalar(path, n, "true or false")
+		if !ok {
+			return
+		}
+		if n.ShortTag() != "!!bool" {
+			d.fail(n, path, s, ErrWrongType, "expected true or false, got "+kindName(n))
+			return
+		}
+		var v bool
+		if err := n.Decode(&v); err != nil {
+			d.fail(n, path, s, ErrWrongType, "expected true or false")
 			return
 		}
 		*p = v

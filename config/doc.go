@@ -45,6 +45,8 @@
 //	  wal_batch_max: 1024           # ...or as soon as this many entries wait
 //	http:
 //	  listen: 127.0.0.1:9464        # host:port with a numeric port
+//	  board: true                   # the fleet board at /board/ (read-only)
+//	  board_tiles: ""               # optional tile URL template, http(s)://… or /… with {z}, {x}, {y}
 //
 // Secrets never come from the file: password_env and creds_env name
 // environment variables, read only when MQTT.Password or NATS.Creds is

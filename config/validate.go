@@ -66,7 +66,32 @@ func (c Config) validate() []*FieldError {
 		v.add("state.wal_batch_max", strconv.Itoa(c.State.WALBatchMax), ErrNotPositive, "must be positive")
 	}
 	v.listen("http.listen", c.HTTP.Listen)
+	v.tiles("http.board_tiles", c.HTTP.BoardTiles)
 	return v.errs
+}
+
+// tiles checks a tile URL template: empty, or an http(s) URL or an absolute
+// path with {z}, {x} and {y}.
+func (v *validator) tiles(field, t string) {
+	if t == "" {
+		return
+	}
+	for _, p := range []string{"{z}", "{x}", "{y}"} {
+		if !strings.Contains(t, p) {
+			v.add(field, t, ErrInvalid, "a tile URL template needs {z}, {x} and {y}")
+			return
+		}
+	}
+	if !strings.HasPrefix(t, "/") || strings.HasPrefix(t, "//") {
+		u, err := url.Parse(t)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			v.add(field, t, ErrInvalid, "must be http://HOST/…, https://HOST/… or a path /…")
+			return
+		}
+		if u.User != nil {
+			v.add(field, "", ErrInvalid, "credentials must not be in the URL")
+		}
+	}
 }
 
 func (m MQTT) validate(v *validator) {
