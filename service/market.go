@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/km0/edgeproc/board"
 	"github.com/km0/edgeproc/bridge"
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/engine"
@@ -87,6 +88,8 @@ type market struct {
 	pubCtx   context.Context // ends when the shutdown drain deadline passes
 	lost     atomic.Int64    // results the sink could not hand to the bridge
 	errLog   ratelog.Limiter
+
+	board *board.Feed // nil: http.board off; set by attachBoard before run
 }
 
 func newMarket(cfg config.Config, nc *nats.Conn, deps *Deps) *market {
@@ -151,7 +154,7 @@ func (m *market) run(ctx context.Context, drain time.Duration) error {
 	ecfg.Shards = m.deps.Shards
 	// The bridge coalesces positions per courier and computes the cell
 	// when it writes, so this stays a map lookup per position.
-	ecfg.OnPosition = br.UpdatePosition
+	ecfg.OnPosition = m.onPosition(br)
 
 	eng, err := m.recover(ecfg)
 	if err != nil {
@@ -429,4 +432,5 @@ func (m *market) sink(rs []result.Record) {
 			br.MarkOnline(r.Courier)
 		}
 	}
+	m.board.Results(rs)
 }
