@@ -132,6 +132,7 @@ func (h *Hub) run() {
 			st.apply(&box[i])
 		}
 		spare = box
+		h.publish(st) // before anything is sent: Stats covers what pages see
 	}
 	st.sample(h.cfg.Now())
 	for {
@@ -156,13 +157,18 @@ func (h *Hub) run() {
 				close(c.ch)
 			}
 		}
-		h.statsMu.Lock()
-		h.stats = Stats{
-			Refused: st.refused, SlowClients: st.slow, Updates: st.updates, UpdateBytes: st.bytes,
-			Couriers: len(st.couriers), Clients: len(st.clients),
-		}
-		h.statsMu.Unlock()
+		h.publish(st)
 	}
+}
+
+// publish copies the hub goroutine's counters for Stats.
+func (h *Hub) publish(st *state) {
+	h.statsMu.Lock()
+	h.stats = Stats{
+		Refused: st.refused, SlowClients: st.slow, Updates: st.updates, UpdateBytes: st.bytes,
+		Couriers: len(st.couriers), Clients: len(st.clients),
+	}
+	h.statsMu.Unlock()
 }
 
 // apply applies one event with the courier bucket's rules (package

@@ -87,7 +87,7 @@
     drawn.count = 0; drawn.byState = [0, 0, 0, 0]; drawn.state.clear();
     if (v) {
       if (tiles) drawTiles(v);
-      const r = Math.max(2.5, Math.min(w, h) / 260);
+      const r = Math.max(3, Math.min(w, h) / 200);
       for (const c of couriers.values()) { const p = project(v, c.lat, c.lon); c.x = p[0]; c.y = p[1]; }
       for (const s of DRAW_ORDER) {
         ctx.beginPath();
