@@ -92,4 +92,3 @@ func TestRun_BoardInChromium(t *testing.T) {
 		t.Fatal("Run did not return within 30s of cancel")
 	}
 }
-

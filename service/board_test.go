@@ -321,7 +321,6 @@ func boardSnapshot(tb testing.TB, base string) board.Update {
 	return u
 }
 
-
 // http.board: false serves no board; the operations endpoints stay.
 func TestBoard_Off(t *testing.T) {
 	mq := testenv.StartMosquitto(t)
