@@ -1,11 +1,15 @@
 package demo
 
 import (
+	"bufio"
 	"context"
 	"flag"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,7 +24,8 @@ var boardURLRe = regexp.MustCompile(`fleet board: +(http://127\.0\.0\.1:\d+/boar
 
 // `edgeproc demo` prints its fleet board's URL; the page, in a real
 // headless Chromium, draws the whole simulated fleet with no console error,
-// and shows no-signal couriers once the fleet's tunnels begin. The
+// and shows moving and no-signal couriers once the first windows have fired
+// and the fleet's tunnels begin. The
 // screenshot is the README's.
 func TestRun_BoardInChromium(t *testing.T) {
 	const couriers = 140
@@ -50,15 +55,16 @@ func TestRun_BoardInChromium(t *testing.T) {
 	// Each courier sends every ~5 s, and one that starts in a tunnel
 	// (20–40 s) only after it; a no_signal takes the 15 s gap.
 	deadline := time.Now().Add(50 * time.Second)
-	var drawn, silent int
+	var drawn, silent, moving int
 	for {
 		drawn = testenv.Eval[int](t, br, `document.getElementById("map").dataset.drawn|0`)
 		silent = testenv.Eval[int](t, br, `document.getElementById("map").dataset.drawn_no_signal|0`)
-		if drawn == couriers && silent > 0 {
+		moving = testenv.Eval[int](t, br, `document.getElementById("map").dataset.drawn_moving|0`)
+		if drawn == couriers && silent > 0 && moving > 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after 50s the page drew %d couriers (want %d), %d no_signal (want some)", drawn, couriers, silent)
+			t.Fatalf("after 50s the page drew %d couriers (want %d), %d no_signal and %d moving (want some of each)", drawn, couriers, silent, moving)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
@@ -91,4 +97,146 @@ func TestRun_BoardInChromium(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("Run did not return within 30s of cancel")
 	}
+}
+
+// BenchmarkBoard2000 measures the fleet board at 2 000 couriers: the demo
+// with a 2 000-courier fleet, the page open in headless Chromium, and a
+// second, Go reader of the event stream. It runs once whatever b.N:
+//
+//	go test -run '^$' -bench Board2000 -benchtime 1x ./demo/
+//
+// and reports the updates per second and bytes per update of the stream,
+// the page's main-thread busy time (Chromium's TaskDuration) and its
+// frames' time per second, and the CPU of every Chromium process and of
+// its renderers alone (from /proc), as a share of one core.
+func BenchmarkBoard2000(b *testing.B) {
+	const couriers, window = 2000, 20 * time.Second
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan Addrs, 1)
+	done := make(chan error, 1)
+	go func() {
+		_, err := Run(ctx, Options{Couriers: couriers, Ready: func(a Addrs) { ready <- a }})
+		done <- err
+	}()
+	var addrs Addrs
+	select {
+	case addrs = <-ready:
+	case err := <-done:
+		b.Fatalf("Run: %v", err)
+	}
+	base := "http://" + addrs.HTTP + "/board/"
+	br := testenv.StartChromium(b, 1440, 900)
+	br.Do(b, 20*time.Second, chromedp.Navigate(base))
+	deadline := time.Now().Add(60 * time.Second)
+	for testenv.Eval[int](b, br, `document.getElementById("map").dataset.drawn|0`) < couriers*95/100 {
+		if time.Now().After(deadline) {
+			b.Fatal("the page never drew 95% of the fleet")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	type renders struct{ Count, MS float64 }
+	m0, r0, cpu0 := br.Metrics(b), testenv.Eval[renders](b, br, `window.board.renders()`), chromiumCPU(b)
+	msgs, bytes, biggest := streamFor(b, base+"events", window)
+	m1, r1, cpu1 := br.Metrics(b), testenv.Eval[renders](b, br, `window.board.renders()`), chromiumCPU(b)
+	secs := window.Seconds()
+	drawn := testenv.Eval[int](b, br, `document.getElementById("map").dataset.drawn|0`)
+
+	b.ReportMetric(float64(drawn), "couriers_drawn")
+	b.ReportMetric(float64(msgs)/secs, "updates/s")
+	b.ReportMetric(float64(bytes)/float64(max(msgs, 1)), "B/update")
+	b.ReportMetric(float64(biggest), "B/largest_update")
+	b.ReportMetric(100*(m1["TaskDuration"]-m0["TaskDuration"])/secs, "%page_main_thread")
+	b.ReportMetric(100*(m1["ScriptDuration"]-m0["ScriptDuration"])/secs, "%page_script")
+	b.ReportMetric((r1.MS-r0.MS)/max(r1.Count-r0.Count, 1), "ms/frame")
+	b.ReportMetric(m1["JSHeapUsedSize"]/(1<<20), "MiB_js_heap")
+	b.ReportMetric(100*(cpu1.all-cpu0.all).Seconds()/secs, "%cpu_chromium_all")
+	b.ReportMetric(100*(cpu1.renderer-cpu0.renderer).Seconds()/secs, "%cpu_chromium_renderer")
+	cancel()
+	<-done
+}
+
+// streamFor reads an event stream for d and returns its messages after
+// the first (the snapshot), their bytes and the largest one's size.
+func streamFor(tb testing.TB, url string, d time.Duration) (msgs, bytes, biggest int) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 16<<20)
+	first := true
+	for sc.Scan() {
+		line := sc.Bytes()
+		if !strings.HasPrefix(string(line), "data: ") {
+			continue
+		}
+		if first {
+			first = false
+			continue
+		}
+		msgs++
+		bytes += len(line) + 2
+		biggest = max(biggest, len(line)+2)
+	}
+	return msgs, bytes, biggest
+}
+
+type cpuTimes struct{ all, renderer time.Duration }
+
+// chromiumCPU sums the user and system CPU time of this process's
+// descendants (the browser the test started), and of the renderers among
+// them.
+func chromiumCPU(tb testing.TB) cpuTimes {
+	tb.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	type proc struct {
+		ppid     int
+		cpu      time.Duration
+		renderer bool
+	}
+	procs := map[int]proc{}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// Fields after the command, which is in parentheses.
+		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
+		if len(f) < 13 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		ut, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		cmd, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		procs[pid] = proc{ppid, time.Duration(ut+st) * 10 * time.Millisecond, strings.Contains(string(cmd), "--type=renderer")}
+	}
+	self := os.Getpid()
+	var t cpuTimes
+	for _, p := range procs {
+		for a, hops := p.ppid, 0; a > 1 && hops < 16; a, hops = procs[a].ppid, hops+1 {
+			if a == self {
+				t.all += p.cpu
+				if p.renderer {
+					t.renderer += p.cpu
+				}
+				break
+			}
+		}
+	}
+	return t
 }

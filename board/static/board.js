@@ -14,13 +14,15 @@
   const tip = document.getElementById("tip");
   const couriers = new Map(); // id -> {m, lat, lon, ts, st, d, de, x, y}
   let markets = [], skew = 0, tiles = "", view = null, pending = false;
-  let updates = 0, lastBytes = 0, dropped = 0, refused = 0;
+  let updates = 0, lastBytes = 0, dropped = 0, refused = 0, renders = 0, renderMs = 0;
   const drawn = {count: 0, byState: [0, 0, 0, 0], state: new Map()};
   window.board = {
     drawn: () => drawn.count,
     stateOf: id => drawn.state.get(id) || null,
     updates: () => updates,
     couriers: () => couriers.size,
+    // Frames drawn and the time they took (canvas and tables), ms.
+    renders: () => ({count: renders, ms: renderMs}),
   };
 
   const url = "/board/events" + (market ? "?market=" + encodeURIComponent(market) : "");
@@ -74,6 +76,7 @@
   }
 
   function render() {
+    const t0 = performance.now();
     pending = false;
     const dpr = window.devicePixelRatio || 1;
     const w = canvas.clientWidth, h = canvas.clientHeight;
@@ -110,6 +113,8 @@
       document.getElementById("n-" + s).textContent = drawn.byState[i];
     });
     tables();
+    renders++;
+    renderMs += performance.now() - t0;
   }
 
   function outside(v) {
