@@ -1,8 +1,8 @@
 package board
 
 import (
-	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -36,7 +36,7 @@ func newHub(tb testing.TB, mod func(*Config)) *Hub {
 // stream is a page's event stream read by a test.
 type stream struct {
 	resp *http.Response
-	r    *bufio.Reader
+	s    *Stream
 }
 
 func openStream(tb testing.TB, url string) *stream {
@@ -55,28 +55,17 @@ func openStream(tb testing.TB, url string) *stream {
 	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
 		tb.Fatalf("Content-Type %q", ct)
 	}
-	return &stream{resp: resp, r: bufio.NewReader(resp.Body)}
+	return &stream{resp: resp, s: NewStream(resp.Body)}
 }
 
 // next returns the next message, raw and decoded.
 func (s *stream) next(tb testing.TB) (string, Update) {
 	tb.Helper()
-	var b strings.Builder
-	for {
-		line, err := s.r.ReadString('\n')
-		if err != nil {
-			tb.Fatalf("read event stream: %v (after %q)", err, b.String())
-		}
-		if line == "\n" {
-			break
-		}
-		b.WriteString(line)
-	}
-	u, err := DecodeMessage([]byte(b.String()))
+	u, _, err := s.s.Next()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return b.String(), u
+	return string(s.s.msg), u
 }
 
 // until reads messages until ok accepts the courier set seen so far
@@ -351,12 +340,16 @@ func TestHub_MaxClientsAndClose(t *testing.T) {
 	h.Close()
 	done := make(chan error, 1)
 	go func() {
-		_, err := io.Copy(io.Discard, s.r)
-		done <- err
+		for {
+			if _, _, err := s.s.Next(); err != nil {
+				done <- err
+				return
+			}
+		}
 	}()
 	select {
 	case err := <-done:
-		if err != nil {
+		if !errors.Is(err, io.EOF) {
 			t.Errorf("stream ended with %v, want EOF", err)
 		}
 	case <-time.After(5 * time.Second):

@@ -1,9 +1,11 @@
 package board
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 )
 
 // Update is one event-stream message decoded, for clients written in Go
@@ -91,4 +93,34 @@ func DecodeMessage(msg []byte) (Update, error) {
 		}
 	}
 	return u, fmt.Errorf("board: no data line in %q", msg)
+}
+
+// Stream reads the messages of an event stream (the body of a GET of
+// /board/events), for clients written in Go.
+type Stream struct {
+	r   *bufio.Reader
+	msg []byte
+}
+
+// NewStream reads the event stream r.
+func NewStream(r io.Reader) *Stream { return &Stream{r: bufio.NewReaderSize(r, 64<<10)} }
+
+// Next returns the next message, decoded, and its size on the wire.
+func (s *Stream) Next() (Update, int, error) {
+	s.msg = s.msg[:0]
+	for {
+		line, err := s.r.ReadSlice('\n')
+		if err == bufio.ErrBufferFull {
+			s.msg = append(s.msg, line...)
+			continue
+		}
+		if err != nil {
+			return Update{}, len(s.msg), fmt.Errorf("board: read event stream: %w", err)
+		}
+		s.msg = append(s.msg, line...)
+		if len(line) == 1 { // the blank line that ends a message
+			u, err := DecodeMessage(s.msg)
+			return u, len(s.msg), err
+		}
+	}
 }

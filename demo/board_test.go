@@ -1,7 +1,6 @@
 package demo
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"net/http"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/km0/edgeproc/board"
 	"github.com/km0/edgeproc/internal/testenv"
 )
 
@@ -169,21 +169,18 @@ func streamFor(tb testing.TB, url string, d time.Duration) (msgs, bytes, biggest
 		tb.Fatal(err)
 	}
 	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(nil, 16<<20)
-	first := true
-	for sc.Scan() {
-		line := sc.Bytes()
-		if !strings.HasPrefix(string(line), "data: ") {
-			continue
-		}
-		if first {
-			first = false
-			continue
+	st := board.NewStream(resp.Body)
+	if _, _, err := st.Next(); err != nil { // the snapshot
+		tb.Fatal(err)
+	}
+	for {
+		_, n, err := st.Next()
+		if err != nil {
+			break // d has passed
 		}
 		msgs++
-		bytes += len(line) + 2
-		biggest = max(biggest, len(line)+2)
+		bytes += n
+		biggest = max(biggest, n)
 	}
 	return msgs, bytes, biggest
 }

@@ -1,7 +1,6 @@
 package service_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
@@ -302,19 +301,7 @@ func boardSnapshot(tb testing.TB, base string) board.Update {
 		tb.Fatal(err)
 	}
 	defer resp.Body.Close()
-	rd := bufio.NewReader(resp.Body)
-	var msg strings.Builder
-	for {
-		line, err := rd.ReadString('\n')
-		if err != nil {
-			tb.Fatalf("event stream: %v", err)
-		}
-		if line == "\n" {
-			break
-		}
-		msg.WriteString(line)
-	}
-	u, err := board.DecodeMessage([]byte(msg.String()))
+	u, _, err := board.NewStream(resp.Body).Next()
 	if err != nil || !u.Full {
 		tb.Fatalf("first message %v, full %v", err, u.Full)
 	}
