@@ -315,9 +315,9 @@ func (st *state) encode(filter int, now time.Time, cs []*courier, full bool) []b
 		b = append(b, ',')
 		b = strconv.AppendInt(b, int64(m), 10)
 		b = append(b, ',')
-		b = strconv.AppendFloat(b, c.lat, 'f', 6, 64)
+		b = strconv.AppendFloat(b, c.lat, 'f', -1, 64) // exact: the bucket's value
 		b = append(b, ',')
-		b = strconv.AppendFloat(b, c.lon, 'f', 6, 64)
+		b = strconv.AppendFloat(b, c.lon, 'f', -1, 64)
 		b = append(b, ',')
 		b = strconv.AppendInt(b, c.ts, 10)
 		b = append(b, ',')

@@ -35,3 +35,4 @@ fuzz ./config FuzzParse
 fuzz ./engine FuzzRestore
 fuzz ./wal FuzzDecodeFrame
 fuzz ./wal FuzzFrameRoundTrip
+fuzz ./board FuzzEncodeDecode
