@@ -3,8 +3,10 @@ package service_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"os"
@@ -161,6 +163,27 @@ func TestBoard_LiveFleetInChromium(t *testing.T) {
 	// The stream, once both settle, holds exactly the bucket's state and
 	// the latest distance result of each courier.
 	compareBoardWithBucket(t, base, ns, market, fl.couriers)
+
+	// Open pages (the browser's and this one) do not hold up a graceful
+	// shutdown: their streams end when the listener closes.
+	resp, err := http.Get(base + "/board/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	st := board.NewStream(resp.Body)
+	if _, _, err := st.Next(); err != nil {
+		t.Fatal(err)
+	}
+	r.stop(t, 4*time.Second) // Run must return nil: no server shutdown timed out
+	for {
+		if _, _, err := st.Next(); err != nil {
+			if !errors.Is(err, io.EOF) {
+				t.Errorf("stream ended with %v, want EOF", err)
+			}
+			break
+		}
+	}
 }
 
 func waitJS(tb testing.TB, br *testenv.Browser, d time.Duration, cond string) {
