@@ -459,3 +459,19 @@ func TestAppendString(t *testing.T) {
 		}
 	}
 }
+
+// The hub's work per update at 2 000 couriers: encoding the message of
+// every courier (a snapshot, or the diff when every window fires at once).
+func BenchmarkEncode2000(b *testing.B) {
+	st := &state{cfg: Config{Markets: []Market{{Name: "a"}}, Interval: time.Second}, markets: make([]marketView, 1)}
+	cs := make([]*courier, 2000)
+	for i := range cs {
+		cs[i] = &courier{id: fmt.Sprintf("courier-%04d", i), lat: 41.9 + float64(i)*1e-5, lon: 2.8 + float64(i)*1e-5,
+			ts: 1726308298000 + int64(i), hasDist: true, dist: float64(i), distEnd: 1726308298000}
+	}
+	now := time.Now()
+	b.ReportAllocs()
+	for b.Loop() {
+		b.SetBytes(int64(len(st.encode(-1, now, cs, true))))
+	}
+}
