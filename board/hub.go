@@ -164,6 +164,7 @@ const (
 	evDistance
 	evNoSignal
 	evRestored
+	evForget
 )
 
 // event is one fed call, copied by value into the mailbox (no allocation).
@@ -271,6 +272,16 @@ func (f *Feed) Results(rs []result.Record) {
 			put(f, evRestored, r.Courier, r.RestoredAt, r.SilentFrom, 0, 0, 0, false)
 		}
 	}
+}
+
+// Forget removes a courier from the board: the engine's OnForget (the
+// courier stops being tracked after windows.restore_ttl, or is evicted at
+// limits.max_couriers), so the board keeps only couriers the engine keeps.
+func (f *Feed) Forget(courier string) {
+	if f == nil {
+		return
+	}
+	put(f, evForget, courier, 0, 0, 0, 0, 0, false)
 }
 
 // put copies one event into the mailbox, or counts it as dropped when the

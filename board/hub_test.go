@@ -475,3 +475,83 @@ func BenchmarkEncode2000(b *testing.B) {
 		b.SetBytes(int64(len(st.encode(-1, now, cs, true))))
 	}
 }
+
+// A forgotten courier leaves the board: the next update says it is gone,
+// later snapshots do not have it, and it may come back.
+func TestHub_Forget(t *testing.T) {
+	h := newHub(t, func(c *Config) { c.MaxCouriers = 2 })
+	f := h.Feed("a")
+	f.Position([]byte("c1"), 10, 1, 1)
+	f.Position([]byte("c2"), 10, 2, 2)
+	srv := serve(t, h)
+	s := openStream(t, srv.URL+"/board/events")
+	if _, u := s.next(t); len(u.Couriers) != 2 || len(u.Gone) != 0 {
+		t.Fatalf("snapshot %+v", u)
+	}
+	f.Forget("c1")
+	f.Forget("nobody")
+	f.Position([]byte("c3"), 10, 3, 3) // room again under MaxCouriers
+	var gone []string
+	seen := map[string]bool{}
+	deadline := time.Now().Add(5 * time.Second)
+	for !seen["c3"] && time.Now().Before(deadline) {
+		_, u := s.next(t)
+		gone = append(gone, u.Gone...)
+		for _, c := range u.Couriers {
+			seen[c.ID] = true
+		}
+	}
+	if fmt.Sprint(gone) != "[c1]" || seen["c1"] || !seen["c3"] {
+		t.Errorf("gone %v, couriers seen %v; want c1 gone and c3 added", gone, seen)
+	}
+	_, u := openStream(t, srv.URL+"/board/events").next(t)
+	ids := []string{}
+	for _, c := range u.Couriers {
+		ids = append(ids, c.ID)
+	}
+	if fmt.Sprint(ids) != "[c2 c3]" || len(u.Gone) != 0 {
+		t.Errorf("snapshot after forget: %v, gone %v", ids, u.Gone)
+	}
+	// Back: forgotten and seen again within one update, it is in both
+	// lists, gone first.
+	f.Forget("c2")
+	f.Position([]byte("c2"), 20, 5, 5)
+	got := s.until(t, 5*time.Second, func(m map[string]CourierUpdate) bool { return m["c2"].TS == 20 })
+	if got["c2"].Lat != 5 {
+		t.Errorf("c2 after coming back: %+v", got["c2"])
+	}
+	if st := h.Stats(); st.Couriers != 2 || st.Refused != 0 {
+		t.Errorf("stats %+v, want 2 couriers, none refused", st)
+	}
+}
+
+// Forgetting many couriers keeps the snapshot order compact and right.
+func TestHub_ForgetCompacts(t *testing.T) {
+	h := newHub(t, nil)
+	f := h.Feed("a")
+	for i := range 100 {
+		f.Position(fmt.Appendf(nil, "c%03d", i), 10, 1, 1)
+	}
+	for i := range 100 {
+		if i%3 != 0 { // two in three: past half, the order is compacted
+			f.Forget(fmt.Sprintf("c%03d", i))
+		}
+	}
+	f.Position([]byte("c001"), 11, 1, 1) // back, at the end
+	_, u := openStream(t, serve(t, h).URL+"/board/events").next(t)
+	var want []string
+	for i := 0; i < 100; i += 3 {
+		want = append(want, fmt.Sprintf("c%03d", i))
+	}
+	want = append(want, "c001")
+	var got []string
+	for _, c := range u.Couriers {
+		got = append(got, c.ID)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("snapshot %v, want %v", got, want)
+	}
+	if n := h.Stats().Couriers; n != len(want) {
+		t.Errorf("Stats.Couriers %d, want %d", n, len(want))
+	}
+}

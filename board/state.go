@@ -38,6 +38,7 @@ type courier struct {
 	dist     float64 // metres in the latest fired window
 	distEnd  int64   // that window's end, ms
 	dirty    bool    // changed since the last update sent
+	gone     bool    // forgotten: sent as gone, then dropped
 }
 
 func (c *courier) state() State {
@@ -100,7 +101,8 @@ type client struct {
 type state struct {
 	cfg      Config
 	couriers map[string]*courier
-	order    []*courier // in arrival order, for stable snapshots
+	order    []*courier // in arrival order, for stable snapshots; gone ones until compacted
+	goneIn   int        // gone couriers still in order
 	dirty    []*courier
 	markets  []marketView
 	clients  map[*client]struct{}
@@ -179,6 +181,12 @@ func (st *state) apply(e *event) {
 		return
 	}
 	c := st.couriers[string(e.id[:e.n])] // no allocation for a lookup
+	if e.kind == evForget {
+		if c != nil {
+			st.forget(c)
+		}
+		return
+	}
 	if c == nil {
 		if e.kind != evPosition && e.kind != evNoSignal {
 			return // nothing to show where the board has no position
@@ -216,6 +224,26 @@ func (st *state) apply(e *event) {
 	if !c.dirty {
 		c.dirty = true
 		st.dirty = append(st.dirty, c)
+	}
+}
+
+// forget drops c: the next update says it is gone.
+func (st *state) forget(c *courier) {
+	delete(st.couriers, c.id)
+	c.gone = true
+	if !c.dirty {
+		c.dirty = true
+		st.dirty = append(st.dirty, c)
+	}
+	if st.goneIn++; st.goneIn > len(st.order)/2 {
+		live := st.order[:0]
+		for _, o := range st.order {
+			if !o.gone {
+				live = append(live, o)
+			}
+		}
+		clear(st.order[len(live):])
+		st.order, st.goneIn = live, 0
 	}
 }
 
@@ -268,9 +296,12 @@ func (st *state) broadcast(now time.Time) {
 //	{"full":bool,"now":ms,"interval_ms":n,"tiles":"…","dropped":n,"refused":n,
 //	 "markets":[{"name":…,"mqtt":bool,"nats":bool,"lag_ms":n|null,
 //	            "received_per_s":x,"late_per_s":x,"rejected_per_s":x}],
+//	 "gone":[id,…],
 //	 "c":[[id,market,lat,lon,timestamp_ms,state,distance_m|null,window_end_ms],…]}
 //
-// where market indexes "markets" and state is a State code.
+// where market indexes "markets", state is a State code, and gone lists
+// the couriers forgotten since the last update (to remove before adding
+// those of "c": a courier forgotten and back is in both).
 func (st *state) encode(filter int, now time.Time, cs []*courier, full bool) []byte {
 	b := append(st.buf[:0], "data: {\"full\":"...)
 	b = strconv.AppendBool(b, full)
@@ -296,10 +327,22 @@ func (st *state) encode(filter int, now time.Time, cs []*courier, full bool) []b
 		first = false
 		b = st.appendMarket(b, i, m.Name, now)
 	}
+	b = append(b, `],"gone":[`...)
+	first = true
+	for _, c := range cs {
+		if !c.gone || full || (filter >= 0 && int(c.market) != filter) {
+			continue
+		}
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		b = appendString(b, c.id)
+	}
 	b = append(b, `],"c":[`...)
 	first = true
 	for _, c := range cs {
-		if filter >= 0 && int(c.market) != filter {
+		if c.gone || (filter >= 0 && int(c.market) != filter) {
 			continue
 		}
 		if !first {

@@ -26,6 +26,9 @@ type Update struct {
 	Refused uint64 `json:"refused"`
 	// Markets are the markets of the stream, in the board's order.
 	Markets []MarketUpdate `json:"markets"`
+	// Gone are the couriers forgotten since the previous message (never in
+	// a Full one), to remove before applying Couriers.
+	Gone []string `json:"gone"`
 	// Couriers are the couriers, Market indexing Markets.
 	Couriers []CourierUpdate `json:"c"`
 }

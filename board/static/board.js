@@ -39,6 +39,7 @@
     if (msg.full) { couriers.clear(); view = null; }
     tiles = msg.tiles;
     markets = msg.markets;
+    for (const id of msg.gone) couriers.delete(id);
     for (const c of msg.c) {
       couriers.set(c[0], {m: c[1], lat: c[2], lon: c[3], ts: c[4], st: c[5], d: c[6], de: c[7]});
     }
