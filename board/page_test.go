@@ -56,13 +56,8 @@ func TestPage_TilesInChromium(t *testing.T) {
 	srv := serve(t, h)
 	br := testenv.StartChromium(t, 1024, 700)
 	br.Do(t, 20*time.Second, chromedp.Navigate(srv.URL+"/board/a"))
+	br.Wait(t, 15*time.Second, `document.getElementById("map").dataset.drawn == 3`, `document.getElementById("map").dataset.drawn`)
 	deadline := time.Now().Add(15 * time.Second)
-	for testenv.Eval[int](t, br, `document.getElementById("map").dataset.drawn|0`) != len(pos) {
-		if time.Now().After(deadline) {
-			t.Fatal("the page never drew the 3 couriers")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 	// The tile of the first courier, at every zoom the page asked for.
 	covered := func() (bool, int) {
 		mu.Lock()

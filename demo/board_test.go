@@ -3,6 +3,7 @@ package demo
 import (
 	"context"
 	"flag"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -54,20 +55,9 @@ func TestRun_BoardInChromium(t *testing.T) {
 	br.Do(t, 20*time.Second, chromedp.Navigate(m[1]))
 	// Each courier sends every ~5 s, and one that starts in a tunnel
 	// (20–40 s) only after it; a no_signal takes the 15 s gap.
-	deadline := time.Now().Add(50 * time.Second)
-	var drawn, silent, moving int
-	for {
-		drawn = testenv.Eval[int](t, br, `document.getElementById("map").dataset.drawn|0`)
-		silent = testenv.Eval[int](t, br, `document.getElementById("map").dataset.drawn_no_signal|0`)
-		moving = testenv.Eval[int](t, br, `document.getElementById("map").dataset.drawn_moving|0`)
-		if drawn == couriers && silent > 0 && moving > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 50s the page drew %d couriers (want %d), %d no_signal and %d moving (want some of each)", drawn, couriers, silent, moving)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	const ds = `document.getElementById("map").dataset`
+	br.Wait(t, 50*time.Second, fmt.Sprintf(`%s.drawn == %d && %s.drawn_no_signal > 0 && %s.drawn_moving > 0`, ds, couriers, ds, ds),
+		`JSON.stringify(`+ds+`)`)
 	if n := testenv.Eval[int](t, br, `window.board.couriers()`); n != couriers {
 		t.Errorf("the page tracks %d couriers, want %d", n, couriers)
 	}
@@ -86,7 +76,7 @@ func TestRun_BoardInChromium(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	t.Logf("drawn %d couriers, %d no_signal; screenshot %s", drawn, silent, p)
+	t.Logf("screenshot %s", p)
 
 	cancel()
 	select {
@@ -128,13 +118,8 @@ func BenchmarkBoard2000(b *testing.B) {
 	base := "http://" + addrs.HTTP + "/board/"
 	br := testenv.StartChromium(b, 1440, 900)
 	br.Do(b, 20*time.Second, chromedp.Navigate(base))
-	deadline := time.Now().Add(60 * time.Second)
-	for testenv.Eval[int](b, br, `document.getElementById("map").dataset.drawn|0`) < couriers*95/100 {
-		if time.Now().After(deadline) {
-			b.Fatal("the page never drew 95% of the fleet")
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	br.Wait(b, 60*time.Second, fmt.Sprintf(`document.getElementById("map").dataset.drawn >= %d`, couriers*95/100),
+		`document.getElementById("map").dataset.drawn`)
 
 	type renders struct{ Count, MS float64 }
 	m0, r0, cpu0 := br.Metrics(b), testenv.Eval[renders](b, br, `window.board.renders()`), chromiumCPU(b)

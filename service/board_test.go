@@ -114,7 +114,8 @@ func TestBoard_LiveFleetInChromium(t *testing.T) {
 	}()
 
 	// Every courier drawn, as the page's own count of what it drew.
-	waitJS(t, br, 15*time.Second, fmt.Sprintf(`document.getElementById("map").dataset.drawn == %d`, fl.couriers))
+	br.Wait(t, 15*time.Second, fmt.Sprintf(`document.getElementById("map").dataset.drawn == %d`, fl.couriers),
+		`document.getElementById("map").dataset.drawn`)
 
 	// The silent courier: online until its gap has passed, then no_signal
 	// within the pipeline's delay (one position period for the watermark
@@ -183,18 +184,6 @@ func TestBoard_LiveFleetInChromium(t *testing.T) {
 			}
 			break
 		}
-	}
-}
-
-func waitJS(tb testing.TB, br *testenv.Browser, d time.Duration, cond string) {
-	tb.Helper()
-	deadline := time.Now().Add(d)
-	for !testenv.Eval[bool](tb, br, cond) {
-		if time.Now().After(deadline) {
-			tb.Fatalf("page: %s not true within %v (drawn %s)", cond, d,
-				testenv.Eval[string](tb, br, `document.getElementById("map").dataset.drawn`))
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 

@@ -133,3 +133,17 @@ func (b *Browser) Metrics(tb testing.TB) map[string]float64 {
 	}
 	return out
 }
+
+// Wait polls a JavaScript condition in the tab every 50 ms until it is
+// true, failing the test after d with the value of the diagnostic
+// expression show (e.g. what the page counted).
+func (b *Browser) Wait(tb testing.TB, d time.Duration, cond, show string) {
+	tb.Helper()
+	deadline := time.Now().Add(d)
+	for !Eval[bool](tb, b, "Boolean("+cond+")") {
+		if time.Now().After(deadline) {
+			tb.Fatalf("page: %s not true within %v; %s = %s", cond, d, show, Eval[string](tb, b, "String("+show+")"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
