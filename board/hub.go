@@ -9,7 +9,9 @@
 // results from the sink (Feed.Results) — so the board shows the bucket's
 // state, with the bucket's rules: a position no newer than the courier's
 // last one is ignored, a no_signal result is ignored when a newer position
-// is known, signal_restored puts a silent courier back online.
+// is known, signal_restored puts a silent courier back online. A courier
+// the engine stops tracking leaves the board (Feed.Forget); the board holds
+// at most Config.MaxCouriers couriers and refuses, and counts, the rest.
 //
 // Feeding never blocks the engine: a call copies the event into a bounded
 // mailbox under a mutex held for that copy only; the hub swaps the mailbox
