@@ -205,6 +205,14 @@ type HTTP struct {
 	// Listen is the host:port for /metrics, /healthz and /readyz; the port
 	// is numeric. Default "127.0.0.1:9464".
 	Listen string
+	// Board serves the fleet board, a read-only live page, at /board/ on
+	// the same listener (yaml board). Default true.
+	Board bool
+	// BoardTiles is an optional map tile URL template for the board's
+	// background, http(s)://… or /… with {z}, {x} and {y} (yaml
+	// board_tiles), e.g. a tile server on the site's network. Default
+	// empty: positions on a plain projected canvas with a scale.
+	BoardTiles string
 }
 
 // Limits bounds what input can make the service hold (yaml key limits).
@@ -246,7 +254,7 @@ func Default() Config {
 		Distance: Distance{MinMoveM: 10, MaxSpeedKmh: 150, StoppedBelowM: 50},
 		Geo:      Geo{H3Resolution: 9},
 		State:    State{CheckpointInterval: 10 * time.Second, WALSync: "batch", WALBatchInterval: 2 * time.Millisecond, WALBatchMax: 1024},
-		HTTP:     HTTP{Listen: "127.0.0.1:9464"},
+		HTTP:     HTTP{Listen: "127.0.0.1:9464", Board: true},
 		Limits:   Limits{MaxCouriers: 200_000},
 	}
 }

@@ -51,7 +51,7 @@ func contractGirona() Config {
 		Distance: Distance{MinMoveM: 10, MaxSpeedKmh: 150, StoppedBelowM: 50},
 		Geo:      Geo{H3Resolution: 9},
 		State:    State{Dir: "./state/girona", CheckpointInterval: 10 * time.Second, WALSync: "batch", WALBatchInterval: 2 * time.Millisecond, WALBatchMax: 1024},
-		HTTP:     HTTP{Listen: "127.0.0.1:9464"},
+		HTTP:     HTTP{Listen: "127.0.0.1:9464", Board: true},
 		Limits:   Limits{MaxCouriers: 200_000},
 	}
 }
@@ -132,7 +132,7 @@ func TestLoad_Testdata(t *testing.T) {
 		Distance: Distance{MinMoveM: 15, MaxSpeedKmh: 120, StoppedBelowM: 80},
 		Geo:      Geo{H3Resolution: 8},
 		State:    State{Dir: "./state/valencia", CheckpointInterval: 30 * time.Second, WALSync: "always", WALBatchInterval: 2 * time.Millisecond, WALBatchMax: 1024},
-		HTTP:     HTTP{Listen: "127.0.0.1:9465"},
+		HTTP:     HTTP{Listen: "127.0.0.1:9465", Board: false, BoardTiles: "http://tiles.valencia.lan/{z}/{x}/{y}.png"},
 		Limits:   Limits{MaxCouriers: 200_000},
 	}
 	for _, tt := range []struct {

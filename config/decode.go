@@ -111,6 +111,8 @@ func (d *decoder) decode(r io.Reader, c *Config) {
 		})},
 		{"http", d.section([]field{
 			{"listen", d.str(&c.HTTP.Listen)},
+			{"board", d.bool(&c.HTTP.Board)},
+			{"board_tiles", d.str(&c.HTTP.BoardTiles)},
 		})},
 		{"limits", d.section([]field{
 			{"max_couriers", d.int(&c.Limits.MaxCouriers)},
@@ -227,6 +229,25 @@ func (d *decoder) size(p *int) func(string, *yaml.Node) {
 			return
 		}
 		*p = int(v * mult)
+	}
+}
+
+func (d *decoder) bool(p *bool) func(string, *yaml.Node) {
+	return func(path string, n *yaml.Node) {
+		s, ok := d.scalar(path, n, "true or false")
+		if !ok {
+			return
+		}
+		if n.ShortTag() != "!!bool" {
+			d.fail(n, path, s, ErrWrongType, "expected true or false, got "+kindName(n))
+			return
+		}
+		var v bool
+		if err := n.Decode(&v); err != nil {
+			d.fail(n, path, s, ErrWrongType, "expected true or false")
+			return
+		}
+		*p = v
 	}
 }
 

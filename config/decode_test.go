@@ -33,6 +33,8 @@ func TestParse_DecodeErrors(t *testing.T) {
 		{"map where duration expected", m + "windows:\n  gap: {m: 3}\n", "windows.gap", ErrWrongType, 3},
 		{"string where number expected", m + "distance:\n  min_move_m: ten\n", "distance.min_move_m", ErrWrongType, 3},
 		{"quoted number where number expected", m + "distance:\n  min_move_m: '10'\n", "distance.min_move_m", ErrWrongType, 3},
+		{"string where bool expected", m + "http:\n  board: 'yes'\n", "http.board", ErrWrongType, 3},
+		{"number where bool expected", m + "http:\n  board: 1\n", "http.board", ErrWrongType, 3},
 		{"bool where number expected", m + "distance:\n  max_speed_kmh: true\n", "distance.max_speed_kmh", ErrWrongType, 3},
 		{"float where integer expected", m + "geo:\n  h3_resolution: 9.5\n", "geo.h3_resolution", ErrWrongType, 3},
 		{"string where integer expected", m + "geo:\n  h3_resolution: nine\n", "geo.h3_resolution", ErrWrongType, 3},

@@ -47,6 +47,8 @@
 //	  wal_batch_max: 1024           # ...or as soon as this many entries wait
 //	http:
 //	  listen: 127.0.0.1:9464        # host:port with a numeric port
+//	  board: true                   # the fleet board at /board/ (read-only)
+//	  board_tiles: ""               # optional tile URL template, http(s)://… or /… with {z}, {x}, {y}
 //	limits:
 //	  max_couriers: 200000          # > 0; couriers tracked at most; beyond: courier_limit
 //

@@ -69,7 +69,32 @@ func (c Config) validate() []*FieldError {
 	if c.Limits.MaxCouriers <= 0 {
 		v.add("limits.max_couriers", strconv.Itoa(c.Limits.MaxCouriers), ErrNotPositive, "must be positive")
 	}
+	v.tiles("http.board_tiles", c.HTTP.BoardTiles)
 	return v.errs
+}
+
+// tiles checks a tile URL template: empty, or an http(s) URL or an absolute
+// path with {z}, {x} and {y}.
+func (v *validator) tiles(field, t string) {
+	if t == "" {
+		return
+	}
+	for _, p := range []string{"{z}", "{x}", "{y}"} {
+		if !strings.Contains(t, p) {
+			v.add(field, t, ErrInvalid, "a tile URL template needs {z}, {x} and {y}")
+			return
+		}
+	}
+	if !strings.HasPrefix(t, "/") || strings.HasPrefix(t, "//") {
+		u, err := url.Parse(t)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			v.add(field, t, ErrInvalid, "must be http://HOST/…, https://HOST/… or a path /…")
+			return
+		}
+		if u.User != nil {
+			v.add(field, "", ErrInvalid, "credentials must not be in the URL")
+		}
+	}
 }
 
 func (m MQTT) validate(v *validator) {

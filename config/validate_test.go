@@ -146,6 +146,12 @@ func TestValidate_Rules(t *testing.T) {
 		{"listen no port", m + "http:\n  listen: 127.0.0.1\n", "http.listen", ErrInvalid},
 		{"listen named port", m + "http:\n  listen: 'localhost:http'\n", "http.listen", ErrInvalid},
 		{"listen port too big", m + "http:\n  listen: '127.0.0.1:65536'\n", "http.listen", ErrInvalid},
+		{"board_tiles no placeholders", m + "http:\n  board_tiles: 'http://tiles.local/a.png'\n", "http.board_tiles", ErrInvalid},
+		{"board_tiles no y", m + "http:\n  board_tiles: 'http://tiles.local/{z}/{x}.png'\n", "http.board_tiles", ErrInvalid},
+		{"board_tiles scheme", m + "http:\n  board_tiles: 'ftp://tiles.local/{z}/{x}/{y}.png'\n", "http.board_tiles", ErrInvalid},
+		{"board_tiles relative", m + "http:\n  board_tiles: 'tiles/{z}/{x}/{y}.png'\n", "http.board_tiles", ErrInvalid},
+		{"board_tiles protocol-relative", m + "http:\n  board_tiles: '//tiles.local/{z}/{x}/{y}.png'\n", "http.board_tiles", ErrInvalid},
+		{"board_tiles credentials", m + "http:\n  board_tiles: 'http://u:p@tiles.local/{z}/{x}/{y}.png'\n", "http.board_tiles", ErrInvalid},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -187,6 +193,9 @@ func TestValidate_Accepts(t *testing.T) {
 		{"env names", m + "mqtt:\n  password_env: _PW_1\nnats:\n  creds_env: creds\n"},
 		{"listen all interfaces", m + "http:\n  listen: ':9464'\n"},
 		{"listen ipv6", m + "http:\n  listen: '[::1]:9464'\n"},
+		{"board off", m + "http:\n  board: false\n"},
+		{"board_tiles http", m + "http:\n  board_tiles: 'http://10.0.0.5:8080/{z}/{x}/{y}.png'\n"},
+		{"board_tiles path", m + "http:\n  board_tiles: '/tiles/{z}/{x}/{y}.png'\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -5,7 +5,8 @@
 // with JetStream, the processor (service.Run) with a demo configuration whose
 // windows are short enough for every result type to appear within the first
 // minute, and a simulated fleet (package sim) publishing in real time. It
-// prints every result that reaches NATS (delivery.dashboard, late and
+// prints the fleet board's URL (a live page of the fleet, package board),
+// then every result that reaches NATS (delivery.dashboard, late and
 // rejected), one line each, plus a tally every 10 s, until ctx ends or the
 // duration passes; then it stops everything in order (fleet, processor,
 // servers), prints the totals and removes its temporary directory.
@@ -94,7 +95,8 @@ type Addrs struct {
 	MQTT string
 	// NATS is the NATS client URL, nats://127.0.0.1:PORT.
 	NATS string
-	// HTTP is the processor's /metrics, /healthz and /readyz host:port.
+	// HTTP is the processor's host:port: the fleet board at /board/,
+	// /metrics, /healthz and /readyz.
 	HTTP string
 }
 
@@ -423,10 +425,11 @@ func printBanner(f *feed, o Options, a Addrs) {
 	}
 	f.println(fmt.Sprintf(`edgeproc demo: %d simulated couriers (seed %d) -> MQTT -> edgeproc -> NATS JetStream, until %s
   windows: distance 20s sliding every 10s, no-signal gap 15s, tolerated delay 3s
+  fleet board:          http://%s/board/
   watch the positions:  mosquitto_sub -h 127.0.0.1 -p %s -t 'km0/%s/positions/#' -v
   watch the results:    nats sub -s %s 'delivery.dashboard.>'
   metrics:              http://%s/metrics
-`, o.Couriers, o.Seed, until, port(a.MQTT), Market, a.NATS, a.HTTP))
+`, o.Couriers, o.Seed, until, a.HTTP, port(a.MQTT), Market, a.NATS, a.HTTP))
 }
 
 // port returns the port of a host:port.

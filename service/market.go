@@ -175,8 +175,10 @@ func (m *market) serve(ctx context.Context, drain time.Duration) error {
 	ecfg.Topic = m.cfg.MQTT.Topic
 	ecfg.Shards = m.deps.Shards
 	// The bridge coalesces positions per courier and computes the cell
-	// when it writes, so this stays a map lookup per position.
-	ecfg.OnPosition = m.snk.br.Load().UpdatePosition
+	// when it writes, so this stays a map lookup per position; the board
+	// gets the same positions at the same point.
+	ecfg.OnPosition = m.onPosition(m.snk.br.Load())
+	ecfg.OnForget = m.snk.board.Forget
 	if err := m.recover(ecfg); err != nil {
 		closeCtx, cancel := context.WithTimeout(context.Background(), drain)
 		defer cancel()

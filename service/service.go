@@ -285,6 +285,7 @@ func startHTTP(markets []*market, deps *Deps) ([]*http.Server, error) {
 			deps.Listening(ln.Addr())
 		}
 		srv := &http.Server{Handler: handler(reg, ms), ReadHeaderTimeout: 5 * time.Second}
+		ln = attachBoard(srv, ln, ms, deps)
 		servers = append(servers, srv)
 		go func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

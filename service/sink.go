@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/km0/edgeproc/board"
 	"github.com/km0/edgeproc/bridge"
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/internal/ratelog"
@@ -25,6 +26,9 @@ type sink struct {
 	nc  *nats.Conn
 
 	br atomic.Pointer[bridge.Bridge]
+	// board is the fleet board's feed; nil when http.board is off. Set by
+	// attachBoard before the market runs.
+	board *board.Feed
 
 	// Owned by the merger goroutine.
 	buf      []byte
@@ -96,6 +100,7 @@ func (s *sink) publish(rs []result.Record) {
 			br.MarkOnline(r.Courier)
 		}
 	}
+	s.board.Results(rs)
 }
 
 // close waits (bounded by ctx) for every result's ack and closes the

@@ -1,0 +1,316 @@
+// Package board is edgeproc's fleet board: a live web page that shows every
+// courier's last position coloured by state, the current no-signal
+// warnings, the couriers' latest window distance and each market's health,
+// pushed to the browser by Server-Sent Events.
+//
+// A Hub owns the view state in one goroutine. The live service feeds it
+// from the same calls that feed the courier key-value bucket — every valid
+// position from the engine's sequencer (Feed.Position) and every batch of
+// results from the sink (Feed.Results) — so the board shows the bucket's
+// state, with the bucket's rules: a position no newer than the courier's
+// last one is ignored, a no_signal result is ignored when a newer position
+// is known, signal_restored puts a silent courier back online. A courier
+// the engine stops tracking leaves the board (Feed.Forget); the board holds
+// at most Config.MaxCouriers couriers and refuses, and counts, the rest.
+//
+// Feeding never blocks the engine: a call copies the event into a bounded
+// mailbox under a mutex held for that copy only; the hub swaps the mailbox
+// out every DrainEvery. Events that find the mailbox full are dropped and
+// counted (Stats.Dropped, shown on the page). Every Interval the hub sends
+// each connected page one message with the couriers that changed since
+// the last one and the markets' status, so the browser gets at most
+// 1/Interval updates whatever the fleet's rate. A page that does not keep
+// up (its buffer of ClientBuffer messages is full) is disconnected and
+// counted; its EventSource reconnects and starts again from a snapshot.
+package board
+
+import (
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/km0/edgeproc/result"
+)
+
+// Defaults applied to zero Config fields.
+const (
+	DefaultInterval     = 500 * time.Millisecond
+	DefaultDrainEvery   = 100 * time.Millisecond
+	DefaultMailbox      = 16384
+	DefaultMaxCouriers  = 50000
+	DefaultClientBuffer = 8
+	DefaultMaxClients   = 32
+)
+
+// maxID is the longest courier id (contract §2: 1–64 characters).
+const maxID = 64
+
+// Status is one market's health, read by the hub once per Interval.
+type Status struct {
+	// MQTT and NATS report whether the market's connections are up.
+	MQTT, NATS bool
+	// Watermark is the market's event-time watermark, ms since the Unix
+	// epoch; HasWatermark is false before the first position.
+	Watermark    int64
+	HasWatermark bool
+	// Received, Late and Rejected count, since the start, the messages
+	// handed to the engine, the positions late for an operator and the
+	// rejected inputs. The board shows their rates.
+	Received, Late, Rejected int64
+}
+
+// Market is one market on the board.
+type Market struct {
+	// Name is the market's name (its page is /board/<Name>).
+	Name string
+	// Status returns the market's health. It is called from the hub's
+	// goroutine and must be safe for that; nil shows no health.
+	Status func() Status
+}
+
+// Config configures a Hub.
+type Config struct {
+	// Markets are the markets shown, in order. At least one, names unique.
+	Markets []Market
+	// Interval is the period of the updates sent to pages. Default 500ms.
+	Interval time.Duration
+	// DrainEvery is how often the mailbox is swapped out and applied.
+	// Default 100ms.
+	DrainEvery time.Duration
+	// Mailbox is how many events wait between two drains, at most; more
+	// are dropped (Stats.Dropped). Default 16384 (164 000 events/s at the
+	// default DrainEvery).
+	Mailbox int
+	// MaxCouriers caps the couriers the board tracks, all markets
+	// together; events for further couriers are refused (Stats.Refused).
+	// Default 50 000.
+	MaxCouriers int
+	// ClientBuffer is how many messages may wait for one page; a page
+	// further behind is disconnected (Stats.SlowClients). Default 8.
+	ClientBuffer int
+	// MaxClients caps the pages connected at once; more get 503. Default 32.
+	MaxClients int
+	// Tiles is an optional map tile URL template ({z}, {x}, {y}), e.g. a
+	// local tile server's; empty draws the positions on a plain canvas.
+	Tiles string
+	// Now is the wall clock (silence durations, rates). Default time.Now.
+	Now func() time.Time
+}
+
+func (c Config) withDefaults() Config {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&c.Mailbox, DefaultMailbox)
+	def(&c.MaxCouriers, DefaultMaxCouriers)
+	def(&c.ClientBuffer, DefaultClientBuffer)
+	def(&c.MaxClients, DefaultMaxClients)
+	if c.Interval <= 0 {
+		c.Interval = DefaultInterval
+	}
+	if c.DrainEvery <= 0 {
+		c.DrainEvery = DefaultDrainEvery
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Stats are a Hub's counters. They only grow, except Couriers and Clients.
+type Stats struct {
+	// Dropped counts events that found the mailbox full.
+	Dropped uint64
+	// Refused counts events for a new courier while MaxCouriers were
+	// tracked, or with an id over 64 bytes.
+	Refused uint64
+	// SlowClients counts pages disconnected for not keeping up.
+	SlowClients uint64
+	// Updates counts messages encoded (one per market filter with pages,
+	// per Interval), and UpdateBytes their total size.
+	Updates, UpdateBytes uint64
+	// Couriers is the number of couriers tracked, Clients of pages
+	// connected.
+	Couriers, Clients int
+}
+
+// ErrClosed is returned to a page that connects after Close.
+var ErrClosed = errors.New("board: closed")
+
+// Hub owns the board's state; see the package doc.
+type Hub struct {
+	cfg   Config
+	names map[string]int // market name -> index
+
+	// mu guards only the mailbox hand-over, never the state.
+	mu      sync.Mutex
+	box     []event
+	dropped uint64
+	statsMu sync.Mutex
+	stats   Stats
+
+	join    chan *client
+	leave   chan *client
+	done    chan struct{}
+	stopped chan struct{}
+	once    sync.Once
+}
+
+// kind is an event's type.
+type kind uint8
+
+const (
+	evPosition kind = iota
+	evDistance
+	evNoSignal
+	evRestored
+	evForget
+)
+
+// event is one fed call, copied by value into the mailbox (no allocation).
+type event struct {
+	kind    kind
+	market  uint16
+	n       uint8
+	id      [maxID]byte
+	ts      int64 // position: timestamp; distance: window end; no_signal: last seen
+	start   int64 // distance: window start
+	lat     float64
+	lon     float64
+	dist    float64
+	stopped bool
+}
+
+// New returns a running Hub. Call Close to stop it.
+func New(cfg Config) (*Hub, error) {
+	if len(cfg.Markets) == 0 {
+		return nil, errors.New("board: no market")
+	}
+	cfg = cfg.withDefaults()
+	h := &Hub{
+		cfg:     cfg,
+		names:   make(map[string]int, len(cfg.Markets)),
+		box:     make([]event, 0, cfg.Mailbox),
+		join:    make(chan *client),
+		leave:   make(chan *client),
+		done:    make(chan struct{}),
+		stopped: make(chan struct{}),
+	}
+	for i, m := range cfg.Markets {
+		if m.Name == "" {
+			return nil, errors.New("board: market with an empty name")
+		}
+		if _, dup := h.names[m.Name]; dup {
+			return nil, errors.New("board: market " + m.Name + " twice")
+		}
+		h.names[m.Name] = i
+	}
+	go h.run()
+	return h, nil
+}
+
+// Close stops the hub and ends every page's event stream. It is safe to
+// call more than once.
+func (h *Hub) Close() {
+	h.once.Do(func() { close(h.done) })
+	<-h.stopped
+}
+
+// Stats returns the hub's counters.
+func (h *Hub) Stats() Stats {
+	h.statsMu.Lock()
+	s := h.stats
+	h.statsMu.Unlock()
+	h.mu.Lock()
+	s.Dropped = h.dropped
+	h.mu.Unlock()
+	return s
+}
+
+// Feed is one market's input to the hub. A nil *Feed ignores every call,
+// so a service with the board turned off needs no checks.
+type Feed struct {
+	h      *Hub
+	market uint16
+}
+
+// Feed returns the input of the named market, or nil if the hub does not
+// show it.
+func (h *Hub) Feed(market string) *Feed {
+	i, ok := h.names[market]
+	if !ok {
+		return nil
+	}
+	return &Feed{h: h, market: uint16(i)}
+}
+
+// Position records a valid position (the engine's OnPosition: courier is
+// only read during the call). It never blocks for longer than a copy.
+func (f *Feed) Position(courier []byte, ts int64, lat, lon float64) {
+	if f == nil {
+		return
+	}
+	put(f, evPosition, courier, ts, 0, lat, lon, 0, false)
+}
+
+// Results records the courier states a batch of results carries:
+// distance (the window's distance and stopped flag), no_signal (silent
+// since End, last seen at Lat, Lon) and signal_restored. Other types are
+// ignored: the market's counters give their rates.
+func (f *Feed) Results(rs []result.Record) {
+	if f == nil {
+		return
+	}
+	for i := range rs {
+		r := &rs[i]
+		switch r.Type {
+		case result.Distance:
+			put(f, evDistance, r.Courier, r.End, r.Start, 0, 0, r.DistanceM, r.Stopped)
+		case result.NoSignal:
+			put(f, evNoSignal, r.Courier, r.End, r.Start, r.Lat, r.Lon, 0, false)
+		case result.SignalRestored:
+			put(f, evRestored, r.Courier, r.RestoredAt, r.SilentFrom, 0, 0, 0, false)
+		}
+	}
+}
+
+// Forget removes a courier from the board: the engine's OnForget (the
+// courier stops being tracked after windows.restore_ttl, or is evicted at
+// limits.max_couriers), so the board keeps only couriers the engine keeps.
+func (f *Feed) Forget(courier string) {
+	if f == nil {
+		return
+	}
+	put(f, evForget, courier, 0, 0, 0, 0, 0, false)
+}
+
+// put copies one event into the mailbox, or counts it as dropped when the
+// mailbox is full. An id over 64 bytes is stored empty, and refused by the
+// hub.
+func put[S string | []byte](f *Feed, k kind, courier S, ts, start int64, lat, lon, dist float64, stopped bool) {
+	h := f.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.box) == cap(h.box) {
+		h.dropped++
+		return
+	}
+	h.box = h.box[:len(h.box)+1]
+	e := &h.box[len(h.box)-1]
+	*e = event{kind: k, market: f.market, ts: ts, start: start, lat: lat, lon: lon, dist: dist, stopped: stopped}
+	if len(courier) <= maxID {
+		e.n = uint8(copy(e.id[:], courier))
+	}
+}
+
+// swap hands the filled mailbox to the hub goroutine and takes spare (empty)
+// in its place; it also returns the drop count so far.
+func (h *Hub) swap(spare []event) ([]event, uint64) {
+	h.mu.Lock()
+	full, dropped := h.box, h.dropped
+	h.box = spare[:0]
+	h.mu.Unlock()
+	return full, dropped
+}

@@ -1,0 +1,426 @@
+package board
+
+import (
+	"strconv"
+	"time"
+)
+
+// State is what the board shows of a courier, in the order of the codes
+// sent to the page.
+type State uint8
+
+const (
+	// Unknown: online, but no distance window of it has fired yet.
+	Unknown State = iota
+	// Moving: its latest window's distance was at least
+	// distance.stopped_below_m.
+	Moving
+	// Stopped: its latest window's distance was below it.
+	Stopped
+	// NoSignal: its session closed (no_signal) and no newer position
+	// arrived since.
+	NoSignal
+)
+
+var stateText = [...]string{"unknown", "moving", "stopped", "no_signal"}
+
+func (s State) String() string { return stateText[s] }
+
+// courier is the hub's view of one courier; owned by the hub goroutine.
+type courier struct {
+	id       string
+	market   uint16
+	lat, lon float64
+	ts       int64 // the bucket's timestamp_ms: last position, or last seen when silent
+	noSignal bool
+	hasDist  bool
+	stopped  bool
+	dist     float64 // metres in the latest fired window
+	distEnd  int64   // that window's end, ms
+	dirty    bool    // changed since the last update sent
+	gone     bool    // forgotten: sent as gone, then dropped
+}
+
+func (c *courier) state() State {
+	switch {
+	case c.noSignal:
+		return NoSignal
+	case !c.hasDist:
+		return Unknown
+	case c.stopped:
+		return Stopped
+	}
+	return Moving
+}
+
+// sample is one reading of a market's counters, for rates.
+type sample struct {
+	at                       time.Time
+	received, late, rejected int64
+}
+
+// rateWindow is the span over which rates are measured.
+const rateWindow = 10 * time.Second
+
+// marketView is the hub's view of one market.
+type marketView struct {
+	status  Status
+	samples []sample // oldest first, spanning at most rateWindow
+}
+
+// rates returns the received, late and rejected rates per second over the
+// samples.
+func (m *marketView) rates() (received, late, rejected float64) {
+	if len(m.samples) < 2 {
+		return 0, 0, 0
+	}
+	a, b := m.samples[0], m.samples[len(m.samples)-1]
+	dt := b.at.Sub(a.at).Seconds()
+	if dt <= 0 {
+		return 0, 0, 0
+	}
+	return float64(b.received-a.received) / dt, float64(b.late-a.late) / dt, float64(b.rejected-a.rejected) / dt
+}
+
+func (m *marketView) observe(now time.Time, s Status) {
+	m.status = s
+	for len(m.samples) > 0 && now.Sub(m.samples[0].at) > rateWindow {
+		m.samples = m.samples[1:]
+	}
+	m.samples = append(m.samples, sample{now, s.Received, s.Late, s.Rejected})
+}
+
+// client is one connected page.
+type client struct {
+	market  int // index of the market it shows; -1: all
+	ch      chan []byte
+	refused bool // set before ch is closed at join: too many pages
+}
+
+// state is everything the hub goroutine owns.
+type state struct {
+	cfg      Config
+	couriers map[string]*courier
+	order    []*courier // in arrival order, for stable snapshots; gone ones until compacted
+	goneIn   int        // gone couriers still in order
+	dirty    []*courier
+	markets  []marketView
+	clients  map[*client]struct{}
+	refused  uint64
+	dropped  uint64
+	slow     uint64
+	updates  uint64
+	bytes    uint64
+	buf      []byte
+}
+
+func (h *Hub) run() {
+	defer close(h.stopped)
+	st := &state{
+		cfg:      h.cfg,
+		couriers: map[string]*courier{},
+		markets:  make([]marketView, len(h.cfg.Markets)),
+		clients:  map[*client]struct{}{},
+	}
+	spare := make([]event, 0, h.cfg.Mailbox)
+	drain := time.NewTicker(h.cfg.DrainEvery)
+	defer drain.Stop()
+	send := time.NewTicker(h.cfg.Interval)
+	defer send.Stop()
+	applyBox := func() {
+		var box []event
+		box, st.dropped = h.swap(spare)
+		for i := range box {
+			st.apply(&box[i])
+		}
+		spare = box
+		h.publish(st) // before anything is sent: Stats covers what pages see
+	}
+	st.sample(h.cfg.Now())
+	for {
+		select {
+		case <-h.done:
+			for c := range st.clients {
+				close(c.ch)
+			}
+			return
+		case <-drain.C:
+			applyBox()
+		case <-send.C:
+			applyBox()
+			st.sample(h.cfg.Now())
+			st.broadcast(h.cfg.Now())
+		case c := <-h.join:
+			applyBox()
+			st.add(c, h.cfg.Now())
+		case c := <-h.leave:
+			if _, ok := st.clients[c]; ok {
+				delete(st.clients, c)
+				close(c.ch)
+			}
+		}
+		h.publish(st)
+	}
+}
+
+// publish copies the hub goroutine's counters for Stats.
+func (h *Hub) publish(st *state) {
+	h.statsMu.Lock()
+	h.stats = Stats{
+		Refused: st.refused, SlowClients: st.slow, Updates: st.updates, UpdateBytes: st.bytes,
+		Couriers: len(st.couriers), Clients: len(st.clients),
+	}
+	h.statsMu.Unlock()
+}
+
+// apply applies one event with the courier bucket's rules (package
+// bridge: UpdatePosition, MarkNoSignal, MarkOnline).
+func (st *state) apply(e *event) {
+	if e.n == 0 {
+		st.refused++
+		return
+	}
+	c := st.couriers[string(e.id[:e.n])] // no allocation for a lookup
+	if e.kind == evForget {
+		if c != nil {
+			st.forget(c)
+		}
+		return
+	}
+	if c == nil {
+		if e.kind != evPosition && e.kind != evNoSignal {
+			return // nothing to show where the board has no position
+		}
+		if len(st.couriers) >= st.cfg.MaxCouriers {
+			st.refused++
+			return
+		}
+		c = &courier{id: string(e.id[:e.n]), market: e.market}
+		st.couriers[c.id] = c
+		st.order = append(st.order, c)
+	}
+	switch e.kind {
+	case evPosition:
+		if e.ts <= c.ts {
+			return // late or duplicate: never moves the courier back
+		}
+		c.lat, c.lon, c.ts, c.noSignal = e.lat, e.lon, e.ts, false
+	case evNoSignal:
+		if c.ts > e.ts {
+			return // a newer position arrived: the courier is back
+		}
+		c.lat, c.lon, c.ts, c.noSignal = e.lat, e.lon, e.ts, true
+	case evRestored:
+		if !c.noSignal {
+			return
+		}
+		c.noSignal = false
+	case evDistance:
+		if e.ts < c.distEnd {
+			return
+		}
+		c.hasDist, c.stopped, c.dist, c.distEnd = true, e.stopped, e.dist, e.ts
+	}
+	if !c.dirty {
+		c.dirty = true
+		st.dirty = append(st.dirty, c)
+	}
+}
+
+// forget drops c: the next update says it is gone.
+func (st *state) forget(c *courier) {
+	delete(st.couriers, c.id)
+	c.gone = true
+	if !c.dirty {
+		c.dirty = true
+		st.dirty = append(st.dirty, c)
+	}
+	if st.goneIn++; st.goneIn > len(st.order)/2 {
+		live := st.order[:0]
+		for _, o := range st.order {
+			if !o.gone {
+				live = append(live, o)
+			}
+		}
+		clear(st.order[len(live):])
+		st.order, st.goneIn = live, 0
+	}
+}
+
+func (st *state) sample(now time.Time) {
+	for i, m := range st.cfg.Markets {
+		if m.Status != nil {
+			st.markets[i].observe(now, m.Status())
+		}
+	}
+}
+
+// add connects a page: it gets a snapshot first, then every update.
+func (st *state) add(c *client, now time.Time) {
+	if len(st.clients) >= st.cfg.MaxClients {
+		c.refused = true
+		close(c.ch)
+		return
+	}
+	c.ch <- st.encode(c.market, now, st.order, true) // ch is empty: never blocks
+	st.clients[c] = struct{}{}
+}
+
+// broadcast sends every page the couriers changed since the last update,
+// encoded once per market filter.
+func (st *state) broadcast(now time.Time) {
+	var msgs = map[int][]byte{}
+	for c := range st.clients {
+		msg, ok := msgs[c.market]
+		if !ok {
+			msg = st.encode(c.market, now, st.dirty, false)
+			msgs[c.market] = msg
+		}
+		select {
+		case c.ch <- msg:
+		default:
+			delete(st.clients, c)
+			close(c.ch)
+			st.slow++
+		}
+	}
+	for _, c := range st.dirty {
+		c.dirty = false
+	}
+	st.dirty = st.dirty[:0]
+}
+
+// encode renders one SSE message: the markets' status and the couriers of
+// cs in the market filter (-1: all), as
+//
+//	{"full":bool,"now":ms,"interval_ms":n,"tiles":"…","dropped":n,"refused":n,
+//	 "markets":[{"name":…,"mqtt":bool,"nats":bool,"lag_ms":n|null,
+//	            "received_per_s":x,"late_per_s":x,"rejected_per_s":x}],
+//	 "gone":[id,…],
+//	 "c":[[id,market,lat,lon,timestamp_ms,state,distance_m|null,window_end_ms],…]}
+//
+// where market indexes "markets", state is a State code, and gone lists
+// the couriers forgotten since the last update (to remove before adding
+// those of "c": a courier forgotten and back is in both).
+func (st *state) encode(filter int, now time.Time, cs []*courier, full bool) []byte {
+	b := append(st.buf[:0], "data: {\"full\":"...)
+	b = strconv.AppendBool(b, full)
+	b = append(b, `,"now":`...)
+	b = strconv.AppendInt(b, now.UnixMilli(), 10)
+	b = append(b, `,"interval_ms":`...)
+	b = strconv.AppendInt(b, st.cfg.Interval.Milliseconds(), 10)
+	b = append(b, `,"tiles":`...)
+	b = appendString(b, st.cfg.Tiles)
+	b = append(b, `,"dropped":`...)
+	b = strconv.AppendUint(b, st.dropped, 10)
+	b = append(b, `,"refused":`...)
+	b = strconv.AppendUint(b, st.refused, 10)
+	b = append(b, `,"markets":[`...)
+	first := true
+	for i, m := range st.cfg.Markets {
+		if filter >= 0 && i != filter {
+			continue
+		}
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		b = st.appendMarket(b, i, m.Name, now)
+	}
+	b = append(b, `],"gone":[`...)
+	first = true
+	for _, c := range cs {
+		if !c.gone || full || (filter >= 0 && int(c.market) != filter) {
+			continue
+		}
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		b = appendString(b, c.id)
+	}
+	b = append(b, `],"c":[`...)
+	first = true
+	for _, c := range cs {
+		if c.gone || (filter >= 0 && int(c.market) != filter) {
+			continue
+		}
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		m := int(c.market)
+		if filter >= 0 {
+			m = 0
+		}
+		b = append(b, '[')
+		b = appendString(b, c.id)
+		b = append(b, ',')
+		b = strconv.AppendInt(b, int64(m), 10)
+		b = append(b, ',')
+		b = strconv.AppendFloat(b, c.lat, 'f', -1, 64) // exact: the bucket's value
+		b = append(b, ',')
+		b = strconv.AppendFloat(b, c.lon, 'f', -1, 64)
+		b = append(b, ',')
+		b = strconv.AppendInt(b, c.ts, 10)
+		b = append(b, ',')
+		b = strconv.AppendInt(b, int64(c.state()), 10)
+		b = append(b, ',')
+		if c.hasDist {
+			b = strconv.AppendFloat(b, c.dist, 'f', 1, 64)
+		} else {
+			b = append(b, "null"...)
+		}
+		b = append(b, ',')
+		b = strconv.AppendInt(b, c.distEnd, 10)
+		b = append(b, ']')
+	}
+	b = append(b, "]}\n\n"...)
+	st.buf = b
+	st.updates++
+	st.bytes += uint64(len(b))
+	// Pages share the message and read it after this returns: a copy.
+	return append([]byte(nil), b...)
+}
+
+func (st *state) appendMarket(b []byte, i int, name string, now time.Time) []byte {
+	m := &st.markets[i]
+	s := m.status
+	b = append(b, `{"name":`...)
+	b = appendString(b, name)
+	b = append(b, `,"mqtt":`...)
+	b = strconv.AppendBool(b, s.MQTT)
+	b = append(b, `,"nats":`...)
+	b = strconv.AppendBool(b, s.NATS)
+	b = append(b, `,"lag_ms":`...)
+	if s.HasWatermark {
+		b = strconv.AppendInt(b, now.UnixMilli()-s.Watermark, 10)
+	} else {
+		b = append(b, "null"...)
+	}
+	recv, late, rej := m.rates()
+	b = append(b, `,"received_per_s":`...)
+	b = strconv.AppendFloat(b, recv, 'f', 2, 64)
+	b = append(b, `,"late_per_s":`...)
+	b = strconv.AppendFloat(b, late, 'f', 2, 64)
+	b = append(b, `,"rejected_per_s":`...)
+	b = strconv.AppendFloat(b, rej, 'f', 2, 64)
+	return append(b, '}')
+}
+
+// appendString appends s as a JSON string.
+func appendString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c < 0x20 || c == '<' || c == '>' || c == '&':
+			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		default:
+			b = append(b, c)
+		}
+	}
+	return append(b, '"')
+}

@@ -1,0 +1,245 @@
+// edgeproc fleet board: one EventSource, one canvas. Couriers live in a Map;
+// each message (at most one per interval_ms) updates it, then one animation
+// frame redraws the canvas and the few table rows. No DOM node per courier.
+"use strict";
+(function () {
+  const STATES = ["unknown", "moving", "stopped", "no_signal"];
+  const LABEL = {unknown: "unknown", moving: "moving", stopped: "stopped", no_signal: "no signal"};
+  const DRAW_ORDER = [0, 1, 2, 3]; // no_signal last: on top
+  const css = getComputedStyle(document.documentElement);
+  const COLOR = STATES.map(s => css.getPropertyValue("--" + s).trim());
+  const market = document.body.dataset.market;
+  const canvas = document.getElementById("map");
+  const ctx = canvas.getContext("2d");
+  const tip = document.getElementById("tip");
+  const couriers = new Map(); // id -> {m, lat, lon, ts, st, d, de, x, y}
+  let markets = [], skew = 0, tiles = "", view = null, pending = false;
+  let updates = 0, lastBytes = 0, dropped = 0, refused = 0, renders = 0, renderMs = 0;
+  const drawn = {count: 0, byState: [0, 0, 0, 0], state: new Map()};
+  window.board = {
+    drawn: () => drawn.count,
+    stateOf: id => drawn.state.get(id) || null,
+    updates: () => updates,
+    couriers: () => couriers.size,
+    // Frames drawn and the time they took (canvas and tables), ms.
+    renders: () => ({count: renders, ms: renderMs}),
+  };
+
+  const url = "/board/events" + (market ? "?market=" + encodeURIComponent(market) : "");
+  const es = new EventSource(url);
+  const conn = document.getElementById("conn");
+  es.onopen = () => { conn.textContent = "live"; conn.className = "conn up"; };
+  es.onerror = () => { conn.textContent = "reconnecting…"; conn.className = "conn down"; };
+  es.onmessage = ev => {
+    const msg = JSON.parse(ev.data);
+    updates++;
+    lastBytes = ev.data.length;
+    skew = msg.now - Date.now();
+    dropped = msg.dropped; refused = msg.refused;
+    if (msg.full) { couriers.clear(); view = null; }
+    tiles = msg.tiles;
+    markets = msg.markets;
+    for (const id of msg.gone) couriers.delete(id);
+    for (const c of msg.c) {
+      couriers.set(c[0], {m: c[1], lat: c[2], lon: c[3], ts: c[4], st: c[5], d: c[6], de: c[7]});
+    }
+    schedule();
+  };
+  addEventListener("resize", () => { view = null; schedule(); });
+
+  function schedule() {
+    if (!pending) { pending = true; requestAnimationFrame(render); }
+  }
+
+  // Web Mercator at zoom 0: the world is 256 × 256.
+  function mx(lon) { return (lon + 180) / 360 * 256; }
+  function my(lat) {
+    const s = Math.sin(Math.max(-85.05, Math.min(85.05, lat)) * Math.PI / 180);
+    return (0.5 - Math.log((1 + s) / (1 - s)) / (4 * Math.PI)) * 256;
+  }
+
+  // fit chooses the zoom and centre that show every courier.
+  function fit(w, h) {
+    let x0 = Infinity, x1 = -Infinity, y0 = Infinity, y1 = -Infinity;
+    for (const c of couriers.values()) {
+      const x = mx(c.lon), y = my(c.lat);
+      x0 = Math.min(x0, x); x1 = Math.max(x1, x); y0 = Math.min(y0, y); y1 = Math.max(y1, y);
+    }
+    if (!isFinite(x0)) return null;
+    const dx = Math.max(x1 - x0, 1e-6), dy = Math.max(y1 - y0, 1e-6);
+    let z = Math.log2(Math.min(w * 0.88 / dx, h * 0.88 / dy));
+    z = Math.max(0, Math.min(17, z));
+    return {z, k: Math.pow(2, z), cx: (x0 + x1) / 2, cy: (y0 + y1) / 2, w, h};
+  }
+
+  function project(v, lat, lon) {
+    return [(mx(lon) - v.cx) * v.k + v.w / 2, (my(lat) - v.cy) * v.k + v.h / 2];
+  }
+
+  function render() {
+    const t0 = performance.now();
+    pending = false;
+    const dpr = window.devicePixelRatio || 1;
+    const w = canvas.clientWidth, h = canvas.clientHeight;
+    if (canvas.width !== Math.round(w * dpr) || canvas.height !== Math.round(h * dpr)) {
+      canvas.width = Math.round(w * dpr); canvas.height = Math.round(h * dpr);
+    }
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.clearRect(0, 0, w, h);
+    if (!view || outside(view)) view = fit(w, h);
+    const v = view;
+    drawn.count = 0; drawn.byState = [0, 0, 0, 0]; drawn.state.clear();
+    if (v) {
+      if (tiles) drawTiles(v);
+      const r = Math.max(3, Math.min(w, h) / 200);
+      for (const c of couriers.values()) { const p = project(v, c.lat, c.lon); c.x = p[0]; c.y = p[1]; }
+      for (const s of DRAW_ORDER) {
+        ctx.beginPath();
+        for (const [id, c] of couriers) {
+          if (c.st !== s || c.x < -r || c.y < -r || c.x > w + r || c.y > h + r) continue;
+          ctx.moveTo(c.x + r, c.y);
+          ctx.arc(c.x, c.y, r, 0, 2 * Math.PI);
+          drawn.count++; drawn.byState[s]++; drawn.state.set(id, STATES[s]);
+        }
+        ctx.fillStyle = COLOR[s];
+        ctx.fill();
+        if (s === 3) { ctx.strokeStyle = COLOR[3]; ctx.lineWidth = 1; ringNoSignal(r * 2.2, w, h); }
+      }
+      drawScale(v, w, h);
+    }
+    canvas.dataset.drawn = drawn.count;
+    canvas.dataset.couriers = couriers.size;
+    STATES.forEach((s, i) => {
+      canvas.dataset["drawn_" + s] = drawn.byState[i];
+      document.getElementById("n-" + s).textContent = drawn.byState[i];
+    });
+    tables();
+    renders++;
+    renderMs += performance.now() - t0;
+  }
+
+  function outside(v) {
+    for (const c of couriers.values()) {
+      const p = project(v, c.lat, c.lon);
+      if (p[0] < 0 || p[1] < 0 || p[0] > v.w || p[1] > v.h) return true;
+    }
+    return false;
+  }
+
+  function ringNoSignal(R, w, h) {
+    ctx.beginPath();
+    for (const c of couriers.values()) {
+      if (c.st !== 3 || c.x < 0 || c.y < 0 || c.x > w || c.y > h) continue;
+      ctx.moveTo(c.x + R, c.y);
+      ctx.arc(c.x, c.y, R, 0, 2 * Math.PI);
+    }
+    ctx.stroke();
+  }
+
+  // Tiles, when a tile URL template is configured: the integer zoom below
+  // the view's, scaled up.
+  const tileCache = new Map();
+  function drawTiles(v) {
+    const zi = Math.max(0, Math.floor(v.z)), n = Math.pow(2, zi);
+    const size = 256 * v.k / n; // screen pixels per tile
+    const wx0 = v.cx - v.w / 2 / v.k, wy0 = v.cy - v.h / 2 / v.k; // world px (z0) at the top left
+    const tx0 = Math.floor(wx0 * n / 256), ty0 = Math.floor(wy0 * n / 256);
+    const tx1 = Math.floor((wx0 + v.w / v.k) * n / 256), ty1 = Math.floor((wy0 + v.h / v.k) * n / 256);
+    for (let ty = Math.max(0, ty0); ty <= Math.min(n - 1, ty1); ty++) {
+      for (let tx = tx0; tx <= tx1; tx++) {
+        const x = ((tx % n) + n) % n;
+        const src = tiles.replace("{z}", zi).replace("{x}", x).replace("{y}", ty);
+        let img = tileCache.get(src);
+        if (!img) {
+          if (tileCache.size > 512) tileCache.clear();
+          img = new Image(); img.onload = schedule; img.src = src; tileCache.set(src, img);
+        }
+        if (img.complete && img.naturalWidth) {
+          ctx.drawImage(img, (tx * 256 / n - wx0) * v.k, (ty * 256 / n - wy0) * v.k, size + 0.5, size + 0.5);
+        }
+      }
+    }
+  }
+
+  function drawScale(v, w, h) {
+    const lat = (Math.atan(Math.sinh(Math.PI * (1 - 2 * v.cy / 256))) * 180) / Math.PI;
+    const mpp = 40075016.686 * Math.cos(lat * Math.PI / 180) / (256 * v.k);
+    const target = mpp * Math.min(160, w / 4);
+    const p = Math.pow(10, Math.floor(Math.log10(target)));
+    const m = [5, 2, 1].map(f => f * p).find(x => x <= target) || p;
+    const px = m / mpp, x = 16, y = h - 18;
+    ctx.strokeStyle = ctx.fillStyle = css.getPropertyValue("--fg").trim();
+    ctx.lineWidth = 2;
+    ctx.beginPath(); ctx.moveTo(x, y - 6); ctx.lineTo(x, y); ctx.lineTo(x + px, y); ctx.lineTo(x + px, y - 6); ctx.stroke();
+    ctx.font = "0.9rem system-ui, sans-serif";
+    ctx.fillText(m >= 1000 ? (m / 1000) + " km" : m + " m", x + px + 8, y);
+  }
+
+  function dur(ms) {
+    const s = Math.max(0, Math.round(ms / 1000));
+    if (s < 60) return s + " s";
+    if (s < 3600) return Math.floor(s / 60) + " min " + (s % 60) + " s";
+    return Math.floor(s / 3600) + " h " + Math.floor(s % 3600 / 60) + " min";
+  }
+
+  function fill(id, rows) {
+    const body = document.querySelector("#" + id + " tbody");
+    const frag = document.createDocumentFragment();
+    for (const cells of rows) {
+      const tr = document.createElement("tr");
+      for (const cell of cells) {
+        const td = document.createElement("td");
+        if (Array.isArray(cell)) { td.textContent = cell[0]; td.className = cell[1]; } else td.textContent = cell;
+        tr.appendChild(td);
+      }
+      frag.appendChild(tr);
+    }
+    body.replaceChildren(frag);
+  }
+
+  const MAX_ROWS = 25;
+  function tables() {
+    const now = Date.now() + skew;
+    const perMarket = markets.map(() => 0);
+    const silent = [], dist = [];
+    let total = 0, withDist = 0;
+    for (const [id, c] of couriers) {
+      perMarket[c.m]++;
+      if (c.st === 3) silent.push([id, c]);
+      if (c.d !== null) { dist.push([id, c]); total += c.d; withDist++; }
+    }
+    const yesNo = b => b ? ["up", "ok"] : ["down", "bad"];
+    fill("markets", markets.map((m, i) => [m.name, perMarket[i],
+      m.lag_ms === null ? "–" : dur(m.lag_ms), m.received_per_s.toFixed(1),
+      m.late_per_s.toFixed(2), m.rejected_per_s.toFixed(2), yesNo(m.mqtt), yesNo(m.nats)]));
+    silent.sort((a, b) => a[1].ts - b[1].ts);
+    document.getElementById("ns-count").textContent = silent.length;
+    const nsRows = silent.slice(0, MAX_ROWS).map(([id, c]) => [id, dur(now - c.ts),
+      c.lat.toFixed(5) + ", " + c.lon.toFixed(5) + " at " + new Date(c.ts).toLocaleTimeString()]);
+    if (silent.length > MAX_ROWS) nsRows.push(["… " + (silent.length - MAX_ROWS) + " more", "", ""]);
+    fill("nosignal", nsRows);
+    dist.sort((a, b) => b[1].d - a[1].d);
+    document.getElementById("dist-summary").textContent = withDist
+      ? `${withDist} couriers with a window: ${(total / 1000).toFixed(1)} km in all, ${(total / withDist / 1000).toFixed(2)} km each on average; top ${Math.min(15, dist.length)}:`
+      : "no window has fired yet";
+    fill("distance", dist.slice(0, 15).map(([id, c]) => [id, (c.d / 1000).toFixed(2), LABEL[STATES[c.st]]]));
+    document.getElementById("footer").textContent =
+      `${couriers.size} couriers · ${updates} updates (last ${(lastBytes / 1024).toFixed(1)} KiB) · board dropped ${dropped}, refused ${refused}`;
+  }
+
+  canvas.addEventListener("mousemove", e => {
+    const rect = canvas.getBoundingClientRect(), x = e.clientX - rect.left, y = e.clientY - rect.top;
+    let best = null, bd = 100;
+    for (const [id, c] of couriers) {
+      const d = (c.x - x) ** 2 + (c.y - y) ** 2;
+      if (d < bd) { bd = d; best = [id, c]; }
+    }
+    if (!best) { tip.hidden = true; return; }
+    const [id, c] = best, now = Date.now() + skew;
+    tip.textContent = `${id} (${markets[c.m] ? markets[c.m].name : ""})\n${LABEL[STATES[c.st]]}` +
+      (c.d !== null ? `\n${(c.d / 1000).toFixed(2)} km in the latest window` : "") +
+      `\nlast position ${dur(now - c.ts)} ago`;
+    tip.style.left = (x + 14) + "px"; tip.style.top = (y + 10) + "px"; tip.hidden = false;
+  });
+  canvas.addEventListener("mouseleave", () => { tip.hidden = true; });
+})();

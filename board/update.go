@@ -1,0 +1,129 @@
+package board
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+)
+
+// Update is one event-stream message decoded, for clients written in Go
+// (tests, measurement tools); the page's script reads the same JSON.
+type Update struct {
+	// Full is set on the first message of a stream: Couriers is then every
+	// courier shown; later messages carry only the couriers changed since
+	// the previous one.
+	Full bool `json:"full"`
+	// Now is the server's clock, ms since the Unix epoch.
+	Now int64 `json:"now"`
+	// IntervalMS is the period of the updates.
+	IntervalMS int64 `json:"interval_ms"`
+	// Tiles is the tile URL template, empty for a plain canvas.
+	Tiles string `json:"tiles"`
+	// Dropped and Refused are the hub's Stats.Dropped and Stats.Refused.
+	Dropped uint64 `json:"dropped"`
+	Refused uint64 `json:"refused"`
+	// Markets are the markets of the stream, in the board's order.
+	Markets []MarketUpdate `json:"markets"`
+	// Gone are the couriers forgotten since the previous message (never in
+	// a Full one), to remove before applying Couriers.
+	Gone []string `json:"gone"`
+	// Couriers are the couriers, Market indexing Markets.
+	Couriers []CourierUpdate `json:"c"`
+}
+
+// MarketUpdate is a market's health in an Update.
+type MarketUpdate struct {
+	Name string `json:"name"`
+	MQTT bool   `json:"mqtt"`
+	NATS bool   `json:"nats"`
+	// LagMS is the server's clock minus the watermark; nil before the
+	// first position.
+	LagMS *int64 `json:"lag_ms"`
+	// Rates per second over the last 10 s.
+	ReceivedPerS float64 `json:"received_per_s"`
+	LatePerS     float64 `json:"late_per_s"`
+	RejectedPerS float64 `json:"rejected_per_s"`
+}
+
+// CourierUpdate is a courier in an Update, sent as the JSON array
+// [id, market, lat, lon, timestamp_ms, state, distance_m|null, window_end_ms].
+type CourierUpdate struct {
+	ID       string
+	Market   int
+	Lat, Lon float64
+	// TS is the courier bucket's timestamp_ms: the last position's, or the
+	// last seen when silent.
+	TS    int64
+	State State
+	// DistanceM is the latest fired window's distance (HasDistance), the
+	// window ending at WindowEnd.
+	DistanceM   float64
+	HasDistance bool
+	WindowEnd   int64
+}
+
+// UnmarshalJSON reads the array form.
+func (c *CourierUpdate) UnmarshalJSON(b []byte) error {
+	var dist *float64
+	var state uint8
+	a := []any{&c.ID, &c.Market, &c.Lat, &c.Lon, &c.TS, &state, &dist, &c.WindowEnd}
+	if err := json.Unmarshal(b, &a); err != nil {
+		return fmt.Errorf("board: courier %s: %w", b, err)
+	}
+	if len(a) != 8 || int(state) >= len(stateText) {
+		return fmt.Errorf("board: courier %s: want 8 fields and a state code below %d", b, len(stateText))
+	}
+	c.State = State(state)
+	if dist != nil {
+		c.DistanceM, c.HasDistance = *dist, true
+	}
+	return nil
+}
+
+// DecodeMessage decodes one event-stream message: its "data:" line (with
+// or without the prefix and the blank line that ends it; other SSE fields
+// are skipped).
+func DecodeMessage(msg []byte) (Update, error) {
+	var u Update
+	for _, line := range bytes.Split(msg, []byte("\n")) {
+		if d, ok := bytes.CutPrefix(line, []byte("data: ")); ok {
+			if err := json.Unmarshal(d, &u); err != nil {
+				return u, fmt.Errorf("board: decode update: %w", err)
+			}
+			return u, nil
+		}
+	}
+	return u, fmt.Errorf("board: no data line in %q", msg)
+}
+
+// Stream reads the messages of an event stream (the body of a GET of
+// /board/events), for clients written in Go.
+type Stream struct {
+	r   *bufio.Reader
+	msg []byte
+}
+
+// NewStream reads the event stream r.
+func NewStream(r io.Reader) *Stream { return &Stream{r: bufio.NewReaderSize(r, 64<<10)} }
+
+// Next returns the next message, decoded, and its size on the wire.
+func (s *Stream) Next() (Update, int, error) {
+	s.msg = s.msg[:0]
+	for {
+		line, err := s.r.ReadSlice('\n')
+		if err == bufio.ErrBufferFull {
+			s.msg = append(s.msg, line...)
+			continue
+		}
+		if err != nil {
+			return Update{}, len(s.msg), fmt.Errorf("board: read event stream: %w", err)
+		}
+		s.msg = append(s.msg, line...)
+		if len(line) == 1 { // the blank line that ends a message
+			u, err := DecodeMessage(s.msg)
+			return u, len(s.msg), err
+		}
+	}
+}
