@@ -35,6 +35,8 @@ func contractGirona() Config {
 			SubjectPrefix:   "delivery",
 			Stream:          "EDGEPROC_GIRONA",
 			DuplicateWindow: 10 * time.Minute,
+			MaxAge:          24 * time.Hour,
+			MaxBytes:        1 << 30,
 		},
 		Windows: Windows{
 			Size:            5 * time.Minute,
@@ -50,6 +52,7 @@ func contractGirona() Config {
 		Geo:      Geo{H3Resolution: 9},
 		State:    State{Dir: "./state/girona", CheckpointInterval: 10 * time.Second, WALSync: "batch", WALBatchInterval: 2 * time.Millisecond, WALBatchMax: 1024},
 		HTTP:     HTTP{Listen: "127.0.0.1:9464"},
+		Log:      Log{Level: "info"},
 	}
 }
 
@@ -120,7 +123,8 @@ func TestLoad_Testdata(t *testing.T) {
 			CAFile:        "/etc/edgeproc/km0-ca.pem",
 			SessionExpiry: 24 * time.Hour,
 		},
-		NATS: NATS{URL: "embedded", SubjectPrefix: "km0.delivery", Stream: "EDGEPROC_VALENCIA", DuplicateWindow: 10 * time.Minute},
+		NATS: NATS{URL: "embedded", SubjectPrefix: "km0.delivery", Stream: "EDGEPROC_VALENCIA", DuplicateWindow: 10 * time.Minute,
+			MaxAge: 12 * time.Hour, MaxBytes: 2 << 30},
 		Windows: Windows{
 			Size: 10 * time.Minute, Slide: 2 * time.Minute, Gap: 4 * time.Minute,
 			ToleratedDelay: 90 * time.Second, IdleTimeout: 0, MaxFutureSkew: 2 * time.Minute, RestoreTTL: 24 * time.Hour,
@@ -129,6 +133,7 @@ func TestLoad_Testdata(t *testing.T) {
 		Geo:      Geo{H3Resolution: 8},
 		State:    State{Dir: "./state/valencia", CheckpointInterval: 30 * time.Second, WALSync: "always", WALBatchInterval: 2 * time.Millisecond, WALBatchMax: 1024},
 		HTTP:     HTTP{Listen: "127.0.0.1:9465"},
+		Log:      Log{Level: "debug"},
 	}
 	for _, tt := range []struct {
 		file string

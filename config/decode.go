@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"regexp"
+	"strconv"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -16,6 +19,23 @@ import (
 type decoder struct {
 	lines map[string]int // dotted key -> line, for every key set to a non-null value
 	errs  []*FieldError
+	fatal bool // the file is not a mapping of keys at all: no value rule applies
+}
+
+// yamlLineRe finds the line in a YAML syntax error ("yaml: line 3: did not
+// find expected key"), so that it is reported as file:3 like every other
+// problem.
+var yamlLineRe = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+// syntax records a YAML syntax error, in file:line form when it has a line.
+func (d *decoder) syntax(err error) {
+	fe := &FieldError{Err: ErrSyntax, Reason: "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}
+	if m := yamlLineRe.FindStringSubmatch(err.Error()); m != nil {
+		fe.Line, _ = strconv.Atoi(m[1])
+		fe.Reason = "invalid YAML: " + m[2]
+	}
+	d.errs = append(d.errs, fe)
+	d.fatal = true
 }
 
 // field is one key of a mapping and what to do with its value.
@@ -31,19 +51,20 @@ func (d *decoder) fail(n *yaml.Node, path, value string, err error, reason strin
 func (d *decoder) decode(r io.Reader, c *Config) {
 	dec := yaml.NewDecoder(r)
 	var doc yaml.Node
+	d.fatal = true // until the file turns out to be a mapping
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
 			d.errs = append(d.errs, &FieldError{Err: ErrEmpty})
 			return
 		}
-		d.errs = append(d.errs, &FieldError{Err: ErrSyntax, Reason: err.Error()})
+		d.syntax(err)
 		return
 	}
 	var extra yaml.Node
 	switch err := dec.Decode(&extra); {
 	case errors.Is(err, io.EOF):
 	case err != nil:
-		d.errs = append(d.errs, &FieldError{Err: ErrSyntax, Reason: err.Error()})
+		d.syntax(err)
 		return
 	default:
 		d.fail(&extra, "", "", ErrSyntax, "more than one YAML document: one file holds one market")
@@ -62,6 +83,7 @@ func (d *decoder) decode(r io.Reader, c *Config) {
 		d.fail(root, "", "", ErrWrongType, "the file must be a mapping of keys (market: ..., mqtt: ...), not "+kindName(root))
 		return
 	}
+	d.fatal = false
 	d.mapping("", root, []field{
 		{"market", d.str(&c.Market)},
 		{"mqtt", d.section([]field{
@@ -79,6 +101,8 @@ func (d *decoder) decode(r io.Reader, c *Config) {
 			{"creds_env", d.str(&c.NATS.CredsEnv)},
 			{"stream", d.str(&c.NATS.Stream)},
 			{"duplicate_window", d.duration(&c.NATS.DuplicateWindow)},
+			{"max_age", d.duration(&c.NATS.MaxAge)},
+			{"max_bytes", d.size(&c.NATS.MaxBytes)},
 		})},
 		{"windows", d.section([]field{
 			{"size", d.duration(&c.Windows.Size)},
@@ -107,6 +131,9 @@ func (d *decoder) decode(r io.Reader, c *Config) {
 		})},
 		{"http", d.section([]field{
 			{"listen", d.str(&c.HTTP.Listen)},
+		})},
+		{"log", d.section([]field{
+			{"level", d.str(&c.Log.Level)},
 		})},
 	})
 }
@@ -228,6 +255,44 @@ func (d *decoder) int(p *int) func(string, *yaml.Node) {
 			return
 		}
 		*p = int(v)
+	}
+}
+
+// sizeUnits are the suffixes a size may carry, in bytes.
+var sizeUnits = map[string]int64{
+	"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
+	"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
+}
+
+var sizeRe = regexp.MustCompile(`^(\d+)\s*([KMGT]i?B|B)?$`)
+
+// size accepts a byte count as an integer or with a unit: 1073741824,
+// 1GiB, 500MB.
+func (d *decoder) size(p *int64) func(string, *yaml.Node) {
+	return func(path string, n *yaml.Node) {
+		s, ok := d.scalar(path, n, "a size such as 1GiB or 500MB")
+		if !ok {
+			return
+		}
+		m := sizeRe.FindStringSubmatch(strings.TrimSpace(s))
+		if m == nil {
+			reason := "not a size: use bytes or a unit, e.g. 1GiB, 512MiB or 500MB"
+			if strings.HasPrefix(strings.TrimSpace(s), "-") {
+				reason = "must not be negative (0 = no size bound)"
+			}
+			d.fail(n, path, s, ErrInvalid, reason)
+			return
+		}
+		v, err := strconv.ParseInt(m[1], 10, 64)
+		unit := int64(1)
+		if m[2] != "" {
+			unit = sizeUnits[m[2]]
+		}
+		if err != nil || v > math.MaxInt64/unit {
+			d.fail(n, path, s, ErrOutOfRange, "size too large")
+			return
+		}
+		*p = v * unit
 	}
 }
 
