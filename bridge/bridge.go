@@ -176,13 +176,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) (*Br
 	}
 	b.js = js
 
-	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        cfg.Stream,
-		Description: "edgeproc results of market " + cfg.Market,
-		Subjects:    cfg.streamSubjects(),
-		Storage:     jetstream.FileStorage,
-		Duplicates:  cfg.DuplicateWindow,
-	}); err != nil {
+	if _, err := js.CreateOrUpdateStream(ctx, cfg.streamConfig()); err != nil {
 		return nil, fmt.Errorf("bridge: open: create or update stream %s: %w", cfg.Stream, err)
 	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{

@@ -69,6 +69,8 @@ func TestConfig_Defaults(t *testing.T) {
 		MaxCouriers:     100_000,
 		AckTimeout:      5 * time.Second,
 		MaxBackoff:      5 * time.Second,
+		MaxAge:          24 * time.Hour,
+		MaxBytes:        1 << 30,
 	}
 	if got != want {
 		t.Errorf("defaults: got %+v, want %+v", got, want)
