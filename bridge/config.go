@@ -111,6 +111,10 @@ type Config struct {
 	CellResolution int
 }
 
+// Resolved returns c with every default applied: the stream and bucket
+// names a market gets, for a consumer that reads them (edgeproc tail).
+func (c Config) Resolved() Config { return c.withDefaults() }
+
 // withDefaults returns a copy of c with zero fields set to their defaults.
 func (c Config) withDefaults() Config {
 	if c.SubjectPrefix == "" {
