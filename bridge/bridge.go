@@ -82,10 +82,11 @@ type Stats struct {
 
 // item is one accepted result; it holds one slot until it is acked.
 type item struct {
-	seq     uint64
-	subject string
-	hdr     nats.Header
-	data    []byte
+	seq      uint64
+	accepted time.Time // when Publish took it, for Config.OnAcked
+	subject  string
+	hdr      nats.Header
+	data     []byte
 	// attempt and notBefore are written by whoever saw the failure and read
 	// by the retry loop after the hand-over through retryCh.
 	attempt   int
@@ -231,9 +232,10 @@ func (b *Bridge) Publish(ctx context.Context, subject, msgID string, payload []b
 	}
 
 	it := &item{
-		subject: subject,
-		hdr:     nats.Header{jetstream.MsgIDHeader: []string{msgID}},
-		data:    bytes.Clone(payload),
+		accepted: time.Now(),
+		subject:  subject,
+		hdr:      nats.Header{jetstream.MsgIDHeader: []string{msgID}},
+		data:     bytes.Clone(payload),
 	}
 	b.mu.Lock()
 	if b.closed {
@@ -300,6 +302,9 @@ func (b *Bridge) onAck(_ jetstream.JetStream, msg *nats.Msg, ack *jetstream.PubA
 	b.acked.Add(1)
 	if ack != nil && ack.Duplicate {
 		b.duplicates.Add(1)
+	}
+	if b.cfg.OnAcked != nil {
+		b.cfg.OnAcked(time.Since(it.accepted))
 	}
 	<-b.slots
 }

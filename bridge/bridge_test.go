@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 	"testing"
 	"time"
 
@@ -667,5 +668,34 @@ func TestPublish_FullStreamDropsOldestResults(t *testing.T) {
 	if info.State.LastSeq != n || info.State.Msgs == 0 || info.State.FirstSeq == 1 {
 		t.Errorf("got sequences %d..%d (%d msgs), want the newest kept up to %d and the oldest gone",
 			info.State.FirstSeq, info.State.LastSeq, info.State.Msgs, n)
+	}
+}
+
+func TestPublish_OnAckedOncePerResultWithItsLatency(t *testing.T) {
+	srv := testenv.StartNATS(t)
+	nc := srv.Connect(t)
+	var mu sync.Mutex
+	var got []time.Duration
+	cfg := bridge.Config{Market: "girona", AckTimeout: time.Minute, OnAcked: func(d time.Duration) {
+		mu.Lock()
+		got = append(got, d)
+		mu.Unlock()
+	}}
+	b := mustOpen(t, nc, cfg)
+	start := time.Now()
+	for i := range 20 {
+		mustPublish(t, b, cfg.Subject(bridge.KindDistance), fmt.Sprintf("k|%d", i%10), []byte(`{}`))
+	}
+	mustFlush(t, b, 10*time.Second)
+	elapsed := time.Since(start)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 20 { // duplicates are acked too, and count
+		t.Fatalf("OnAcked called %d times, want 20", len(got))
+	}
+	for _, d := range got {
+		if d <= 0 || d > elapsed {
+			t.Errorf("latency %v outside (0, %v]", d, elapsed)
+		}
 	}
 }

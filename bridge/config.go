@@ -106,6 +106,11 @@ type Config struct {
 	// position: an H3 lookup costs about 1.5 µs. Default false: the cell is
 	// written as given.
 	ComputeCell bool
+	// OnAcked, if set, is called with the time from Publish accepting a
+	// result to JetStream acknowledging it (retries included), once per
+	// result: the service feeds its close-to-ack latency histogram with it.
+	// It runs on nats.go's ack goroutine and must not block.
+	OnAcked func(time.Duration)
 	// CellResolution is the H3 resolution (0..15) used by ComputeCell.
 	// Default 0, so set it with ComputeCell (the contract's default is 9).
 	CellResolution int

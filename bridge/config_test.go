@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"errors"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -72,7 +73,7 @@ func TestConfig_Defaults(t *testing.T) {
 		MaxAge:          24 * time.Hour,
 		MaxBytes:        1 << 30,
 	}
-	if got != want {
+	if !reflect.DeepEqual(got, want) {
 		t.Errorf("defaults: got %+v, want %+v", got, want)
 	}
 	if err := got.Validate(); err != nil {

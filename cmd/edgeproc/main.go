@@ -24,6 +24,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/km0/edgeproc/metrics"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -78,6 +80,7 @@ func lookup(name string) *command {
 }
 
 func main() {
+	metrics.Version = version
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
