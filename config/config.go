@@ -91,8 +91,8 @@ type NATS struct {
 }
 
 // Retention defaults of a market's result stream. At 1 fix / 5 s and the
-// default windows a courier produces about 65 results an hour (~24 KB of
-// stream), so 1 GiB holds a day of ~1 700 couriers; see the README's sizing
+// default windows a courier produces about 62 results an hour (~27 KB of
+// stream), so 1 GiB holds a day of ~1 650 couriers; see the README's sizing
 // guide.
 const (
 	// DefaultMaxAge is the default nats.max_age.

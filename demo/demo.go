@@ -5,8 +5,10 @@
 // with JetStream, the processor (service.Run) with a demo configuration whose
 // windows are short enough for every result type to appear within the first
 // minute, and a simulated fleet (package sim) publishing in real time. It
-// prints every result that reaches NATS (delivery.dashboard, late and
-// rejected), one line each, plus a tally every 10 s, until ctx ends or the
+// prints what a dispatcher acts on from the results that reach NATS
+// (couriers going silent or coming back, rejected inputs) as they come,
+// and a status board every 10 s (who is silent and for how long, who is
+// stopped, how many move, late and rejected rates), until ctx ends or the
 // duration passes; then it stops everything in order (fleet, processor,
 // servers), prints the totals and removes its temporary directory.
 //
@@ -37,6 +39,10 @@ import (
 
 // Market is the demo's market name.
 const Market = "demo"
+
+// demoMaxBytes bounds the demo's result stream: an hour of the demo's
+// fleet (140 couriers, a window every 10 s) is about 25 MB.
+const demoMaxBytes = 64 << 20
 
 // Defaults applied by Run to zero Options fields.
 const (
@@ -73,7 +79,7 @@ type Options struct {
 	// malformed messages (see sim.Options). Defaults 0.02 and 0.01;
 	// negative = none.
 	DuplicateRate, BadRate float64
-	// Out receives the banner, the feed, the tallies and the totals.
+	// Out receives the banner, the events, the status boards and the totals.
 	// Default io.Discard.
 	Out io.Writer
 	// Color turns on ANSI colours in the feed (for a terminal).
@@ -81,7 +87,7 @@ type Options struct {
 	// Log receives the processor's, the fleet's and the broker's logs.
 	// Default: discarded.
 	Log *slog.Logger
-	// TallyEvery is the period of the tally line. Default 10s.
+	// TallyEvery is the period of the status board. Default 10s.
 	TallyEvery time.Duration
 	// Ready, when set, is called once every server listens and the fleet
 	// is about to start, with their addresses.
@@ -153,6 +159,8 @@ func marketConfig(mqttAddr, httpAddr, stateDir string) (config.Config, error) {
 	c.Windows.ToleratedDelay = 3 * time.Second
 	c.Windows.IdleTimeout = 5 * time.Second
 	c.Windows.MaxFutureSkew = time.Minute
+	c.NATS.MaxAge = time.Hour
+	c.NATS.MaxBytes = demoMaxBytes
 	c.State.Dir = stateDir
 	c.HTTP.Listen = httpAddr
 	if err := c.Validate(); err != nil {
@@ -322,7 +330,7 @@ loop:
 		case <-deadline:
 			break loop
 		case now := <-tick.C:
-			out.tally(now, brokerNote(brk))
+			out.board(now, brokerNote(brk))
 		case err := <-svcDone:
 			runErr = fmt.Errorf("demo: processor stopped: %w", err)
 			if err == nil {
@@ -351,7 +359,7 @@ loop:
 	tot.Sim = simRes.st
 	runErr = errors.Join(runErr, stopService())
 	runErr = errors.Join(runErr, drain(sub))
-	out.tally(time.Now(), brokerNote(brk))
+	out.board(time.Now(), brokerNote(brk))
 	inflight, msgs := brk.dropped()
 	out.println(fmt.Sprintf("totals: %s; fleet %s; broker dropped %d in-flight, %d messages",
 		totalsLine(out.totals()), simRes.st, inflight, msgs))
@@ -424,9 +432,9 @@ func printBanner(f *feed, o Options, a Addrs) {
 	f.println(fmt.Sprintf(`edgeproc demo: %d simulated couriers (seed %d) -> MQTT -> edgeproc -> NATS JetStream, until %s
   windows: distance 20s sliding every 10s, no-signal gap 15s, tolerated delay 3s
   watch the positions:  mosquitto_sub -h 127.0.0.1 -p %s -t 'km0/%s/positions/#' -v
-  watch the results:    nats sub -s %s 'delivery.dashboard.>'
+  follow the results:   edgeproc tail --nats %s --market %s   (or: nats sub -s %s 'delivery.dashboard.>')
   metrics:              http://%s/metrics
-`, o.Couriers, o.Seed, until, port(a.MQTT), Market, a.NATS, a.HTTP))
+`, o.Couriers, o.Seed, until, port(a.MQTT), Market, a.NATS, Market, a.NATS, a.HTTP))
 }
 
 // port returns the port of a host:port.
