@@ -137,7 +137,9 @@ type Bridge struct {
 
 // Open creates or updates the market's stream and courier bucket on nc and
 // starts the bridge's retry and KV goroutines. ctx bounds only the set-up
-// calls. A nil log discards logs.
+// calls. A nil log discards logs; log is used as given, so a caller that
+// runs several markets gives it their "market" attribute (the service's
+// market logger has it: adding it here too printed it twice).
 func Open(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) (*Bridge, error) {
 	if nc == nil {
 		return nil, errors.New("bridge: open: nil NATS connection")
@@ -152,7 +154,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) (*Br
 	b := &Bridge{
 		cfg:         cfg,
 		nc:          nc,
-		log:         log.With("market", cfg.Market),
+		log:         log,
 		slots:       make(chan struct{}, cfg.MaxPending),
 		retryCh:     make(chan *item, cfg.MaxPending),
 		outstanding: make(map[uint64]*item),
