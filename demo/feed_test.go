@@ -39,7 +39,7 @@ func TestFeed_PrintsEventsNotWindows(t *testing.T) {
 		"12:00:00 no_signal       demo-c0003   silent since 11:59:42 (session from 11:59:00)",
 		"12:00:07 signal_restored demo-c0003   back after 24.1s of silence",
 		// The rejected line names the courier its payload named.
-		`12:00:00 rejected        demo-c0031   bad_coordinates  "{\"courier\":\"demo-c0031\",\"lat\":-94.348001,\"lon\":2.794999,\"tim…"  [demo]`,
+		`12:00:00 rejected        demo-c0031   bad_coordinates  "{\"courier\":\"demo-c0031\",\"lat\":-94.348001,\"lon\":2.794999,\"tim…"`,
 	}, "\n") + "\n"
 	if got := out.String(); got != want {
 		t.Errorf("got\n%s\nwant\n%s", got, want)

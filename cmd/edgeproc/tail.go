@@ -90,7 +90,7 @@ edgeproc tail --config examples/girona.yaml --json --type courier | jq .`,
 					url = cfgs[0].NATS.URL
 				}
 			}
-			t := &tailer{out: stdout, json: *asJSON, max: *count, p: show.Printer{Color: isTerminal(stdout)}}
+			t := &tailer{out: stdout, json: *asJSON, max: *count, p: show.Printer{Color: isTerminal(stdout), ShowMarket: len(cfgs) > 1}}
 			return t.run(ctx, url, cfgs, types, *since)
 		}
 	},

@@ -7,6 +7,7 @@ package show
 import (
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -52,12 +53,19 @@ func Decode(data []byte) (Record, error) {
 	return r, nil
 }
 
+// courierRe finds a courier field in a payload that is not valid JSON (cut
+// at 1 KiB, or malformed after the field).
+var courierRe = regexp.MustCompile(`"courier"\s*:\s*"([A-Za-z0-9._:-]{1,64})"`)
+
 // payloadCourier returns the courier id a rejected payload named, or "".
 func payloadCourier(raw string) string {
 	var p struct {
 		Courier any `json:"courier"`
 	}
 	if json.Unmarshal([]byte(raw), &p) != nil {
+		if m := courierRe.FindStringSubmatch(raw); m != nil {
+			return m[1]
+		}
 		return ""
 	}
 	if s, ok := p.Courier.(string); ok {
@@ -94,8 +102,9 @@ const RawShown = 60
 
 // Printer renders lines in a time zone, optionally coloured.
 type Printer struct {
-	Loc   *time.Location // nil means time.Local
-	Color bool
+	Loc        *time.Location // nil means time.Local
+	Color      bool
+	ShowMarket bool // end each line with [market]: for several markets at once
 }
 
 // Line renders a record: time, type, courier, then its key numbers.
@@ -151,7 +160,7 @@ func (p Printer) Line(r Record) string {
 		}
 		fmt.Fprintf(&b, "%s  %q", r.Reason, raw)
 	}
-	if r.Market != "" {
+	if p.ShowMarket && r.Market != "" {
 		b.WriteString(p.Paint(ansiDim, "  ["+r.Market+"]"))
 	}
 	return b.String()
@@ -163,8 +172,12 @@ func (p Printer) CourierLine(market string, c Courier) string {
 	if c.Status != "online" {
 		colour = ansiRed
 	}
-	return fmt.Sprintf("%s %s %-12s %-9s at %.5f,%.5f cell %s%s", p.Clock(c.TS), p.Paint(colour, fmt.Sprintf("%-15s", "courier")),
-		c.Courier, c.Status, c.Lat, c.Lon, c.Cell, p.Paint(ansiDim, "  ["+market+"]"))
+	line := fmt.Sprintf("%s %s %-12s %-9s at %.5f,%.5f cell %s", p.Clock(c.TS), p.Paint(colour, fmt.Sprintf("%-15s", "courier")),
+		c.Courier, c.Status, c.Lat, c.Lon, c.Cell)
+	if p.ShowMarket {
+		line += p.Paint(ansiDim, "  ["+market+"]")
+	}
+	return line
 }
 
 // Paint wraps s in an ANSI colour when the printer colours.
