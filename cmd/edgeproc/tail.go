@@ -200,7 +200,7 @@ func (t *tailer) follow(ctx context.Context, js jetstream.JetStream, bc bridge.C
 	if err != nil {
 		return nil, fmt.Errorf("market %s: stream %s: %w (is edgeproc run up for this market?)", bc.Market, bc.Stream, err)
 	}
-	occ := jetstream.OrderedConsumerConfig{FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverNewPolicy}
+	occ := jetstream.OrderedConsumerConfig{FilterSubjects: serverFilter(bc, subjects), DeliverPolicy: jetstream.DeliverNewPolicy}
 	if !start.IsZero() {
 		occ.DeliverPolicy, occ.OptStartTime = jetstream.DeliverByStartTimePolicy, &start
 	}
@@ -209,6 +209,9 @@ func (t *tailer) follow(ctx context.Context, js jetstream.JetStream, bc bridge.C
 		return nil, fmt.Errorf("market %s: consumer on %s: %w", bc.Market, bc.Stream, err)
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
+		if !slices.Contains(subjects, m.Subject()) {
+			return // the server-side filter was wider (see serverFilter)
+		}
 		if t.json {
 			t.print(string(m.Data()))
 			return
@@ -224,6 +227,21 @@ func (t *tailer) follow(ctx context.Context, js jetstream.JetStream, bc bridge.C
 		return nil, fmt.Errorf("market %s: consume %s: %w", bc.Market, bc.Stream, err)
 	}
 	return cc.Stop, nil
+}
+
+// serverFilter is the consumer filter for subjects that every NATS server
+// with JetStream accepts: one subject at most (several came with 2.10; Debian
+// ships 2.9). All of a market's subjects need none, the three dashboard
+// types are one wildcard, other sets are read whole and filtered here.
+func serverFilter(bc bridge.Config, subjects []string) []string {
+	dashboard := []string{bc.Subject(bridge.KindDistance), bc.Subject(bridge.KindNoSignal), bc.Subject(bridge.KindSignalRestored)}
+	switch {
+	case len(subjects) == 1:
+		return subjects
+	case len(subjects) == len(dashboard) && !slices.ContainsFunc(subjects, func(s string) bool { return !slices.Contains(dashboard, s) }):
+		return []string{bc.SubjectPrefix + ".dashboard." + bc.Market + ".>"}
+	}
+	return nil
 }
 
 // watch prints the market's courier states: with a start time, first

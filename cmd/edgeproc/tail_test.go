@@ -86,6 +86,19 @@ func TestTail_ReadsResultsAndCourierStates(t *testing.T) {
 		t.Errorf("tail --type no_signal: exit %d, stdout:\n%s\nstderr: %s", code, out, errs)
 	}
 
+	// Two types that no single server-side filter covers: filtered here.
+	code, out, errs = runCLI(t, "tail", "--nats", srv.URL(), "--market", "girona", "--since", "1h", "--json",
+		"--type", "signal_restored,no_signal", "--count", "3")
+	var want3 []string
+	for _, l := range published {
+		if strings.Contains(l, `"type":"no_signal"`) || strings.Contains(l, `"type":"signal_restored"`) {
+			want3 = append(want3, l)
+		}
+	}
+	if code != 0 || strings.TrimSpace(out) != strings.Join(want3, "\n") {
+		t.Errorf("tail --type signal_restored,no_signal: exit %d, got\n%s\nwant\n%s\nstderr %s", code, out, strings.Join(want3, "\n"), errs)
+	}
+
 	// Live: a courier state written after tail starts reaches it.
 	var live lockedBuffer
 	done := make(chan int, 1)
@@ -118,5 +131,28 @@ func TestTail_NoStream(t *testing.T) {
 	code, _, errs := runCLI(t, "tail", "--nats", srv.URL(), "--market", "nowhere")
 	if code != 1 || !strings.Contains(errs, "edgeproc tail: market nowhere: stream EDGEPROC_NOWHERE:") {
 		t.Errorf("exit %d, stderr %q; want 1 and the missing stream named", code, errs)
+	}
+}
+
+// Every filter handed to the server is one subject at most: nats-server 2.9
+// (Debian's) refuses several.
+func TestServerFilter(t *testing.T) {
+	bc := bridge.Config{Market: "girona"}.Resolved()
+	sub := bc.Subject
+	tests := []struct {
+		subjects []string
+		want     string
+	}{
+		{[]string{sub(bridge.KindLate)}, "delivery.late.girona"},
+		{[]string{sub(bridge.KindDistance), sub(bridge.KindNoSignal), sub(bridge.KindSignalRestored)}, "delivery.dashboard.girona.>"},
+		{[]string{sub(bridge.KindSignalRestored), sub(bridge.KindDistance), sub(bridge.KindNoSignal)}, "delivery.dashboard.girona.>"},
+		{[]string{sub(bridge.KindDistance), sub(bridge.KindLate)}, ""},
+		{[]string{sub(bridge.KindDistance), sub(bridge.KindNoSignal), sub(bridge.KindLate)}, ""},
+	}
+	for _, tt := range tests {
+		got := serverFilter(bc, tt.subjects)
+		if len(got) > 1 || strings.Join(got, "") != tt.want {
+			t.Errorf("serverFilter(%v) = %v, want %q", tt.subjects, got, tt.want)
+		}
 	}
 }
