@@ -45,7 +45,8 @@ var tailCommand = &command{
 	summary: "follow a running deployment's results and courier statuses from NATS",
 	help: `Follows the results of one or more markets from their JetStream streams
 (an ordered consumer: nothing is acknowledged, the stream is not changed)
-and their couriers' statuses from the key-value bucket, one line each:
+and, with --type courier, their couriers' states from the key-value
+bucket (one per position, at most one a second per courier), one line each:
 readable on a terminal, or with --json one JSON object a line for scripts
 (results exactly as published; courier states with "type":"courier" and
 "market" added). --since D starts D ago (results still retained, and the
@@ -60,7 +61,7 @@ edgeproc tail --config examples/girona.yaml --json --type courier | jq .`,
 		fs.Var(&files, "config", "follow the market of this configuration `FILE` (its nats.url, stream and subject prefix); repeatable")
 		natsURL := fs.String("nats", "", "NATS `URL` (default: the first file's nats.url, else nats://127.0.0.1:4222)")
 		prefix := fs.String("subject-prefix", "delivery", "subject `PREFIX` of --market markets")
-		fs.Var(&types, "type", "`TYPES` to show, comma-separated: "+strings.Join(tailTypes, ", ")+" (default all)")
+		fs.Var(&types, "type", "`TYPES` to show, comma-separated: "+strings.Join(tailTypes, ", ")+" (default: every result type; courier adds each courier state written)")
 		since := fs.Duration("since", 0, "start this long ago (e.g. 10m); 0 = only what arrives from now")
 		asJSON := fs.Bool("json", false, "one JSON object a line instead of text")
 		count := fs.Int("count", 0, "exit after this many lines; 0 = until Ctrl-C")
@@ -74,7 +75,8 @@ edgeproc tail --config examples/girona.yaml --json --type courier | jq .`,
 				}
 			}
 			if len(types) == 0 {
-				types = tailTypes
+				// Courier states change with every position: only on request.
+				types = tailTypes[:len(tailTypes)-1]
 			}
 			if *since < 0 || *count < 0 {
 				return usageError{"--since and --count must not be negative"}
