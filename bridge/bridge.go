@@ -112,10 +112,11 @@ type Stats struct {
 
 // item is one accepted result; it holds one slot until it is acked.
 type item struct {
-	seq     uint64
-	subject string
-	hdr     nats.Header
-	data    []byte
+	seq      uint64
+	accepted time.Time // when Publish took it, for Config.OnAcked
+	subject  string
+	hdr      nats.Header
+	data     []byte
 	// attempt and notBefore are written by whoever saw the failure and read
 	// by the retry loop after the hand-over through retryCh.
 	attempt   int
@@ -179,7 +180,9 @@ type Bridge struct {
 
 // Open creates or updates the market's stream and courier bucket on nc and
 // starts the bridge's retry and KV goroutines. ctx bounds only the set-up
-// calls. A nil log discards logs.
+// calls. A nil log discards logs; log is used as given, so a caller that
+// runs several markets gives it their "market" attribute (the service's
+// market logger has it: adding it here too printed it twice).
 func Open(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) (*Bridge, error) {
 	return open(ctx, nc, cfg, log, time.Now)
 }
@@ -199,7 +202,7 @@ func open(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger, now 
 	b := &Bridge{
 		cfg:         cfg,
 		nc:          nc,
-		log:         log.With("market", cfg.Market),
+		log:         log,
 		slots:       make(chan struct{}, cfg.MaxPending),
 		retryCh:     make(chan *item, cfg.MaxPending),
 		outstanding: make(map[uint64]*item),
@@ -251,13 +254,7 @@ func open(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger, now 
 }
 
 func (b *Bridge) createStream(ctx context.Context) error {
-	if _, err := b.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        b.cfg.Stream,
-		Description: "edgeproc results of market " + b.cfg.Market,
-		Subjects:    b.cfg.streamSubjects(),
-		Storage:     jetstream.FileStorage,
-		Duplicates:  b.cfg.DuplicateWindow,
-	}); err != nil {
+	if _, err := b.js.CreateOrUpdateStream(ctx, b.cfg.streamConfig()); err != nil {
 		return fmt.Errorf("create or update stream %s: %w", b.cfg.Stream, err)
 	}
 	return nil
@@ -370,9 +367,10 @@ func (b *Bridge) Publish(ctx context.Context, subject, msgID string, payload []b
 	}
 
 	it := &item{
-		subject: subject,
-		hdr:     nats.Header{jetstream.MsgIDHeader: []string{msgID}},
-		data:    bytes.Clone(payload),
+		accepted: time.Now(),
+		subject:  subject,
+		hdr:      nats.Header{jetstream.MsgIDHeader: []string{msgID}},
+		data:     bytes.Clone(payload),
 	}
 	b.mu.Lock()
 	if b.closed {
@@ -440,6 +438,9 @@ func (b *Bridge) onAck(_ jetstream.JetStream, msg *nats.Msg, ack *jetstream.PubA
 	b.streamOK.Store(true)
 	if ack != nil && ack.Duplicate {
 		b.duplicates.Add(1)
+	}
+	if b.cfg.OnAcked != nil {
+		b.cfg.OnAcked(time.Since(it.accepted))
 	}
 	<-b.slots
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 	"testing"
 	"time"
 
@@ -586,4 +587,122 @@ func BenchmarkPublish(b *testing.B) {
 		}
 	}
 	mustFlush(b, br, time.Minute)
+}
+
+// streamInfo returns the market stream's info.
+func streamInfo(tb testing.TB, nc *nats.Conn, name string) *jetstream.StreamInfo {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		tb.Fatalf("stream %s: %v", name, err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		tb.Fatalf("stream %s: info: %v", name, err)
+	}
+	return info
+}
+
+func TestOpen_BoundsRetentionOfExistingStream(t *testing.T) {
+	srv := testenv.StartNATS(t)
+	nc := srv.Connect(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The stream as an edgeproc without retention made it: kept forever.
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: "EDGEPROC_GIRONA", Subjects: []string{"delivery.dashboard.girona.>", "delivery.late.girona", "delivery.rejected.girona"},
+		Storage: jetstream.FileStorage, Duplicates: 10 * time.Minute,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name     string
+		age      time.Duration
+		bytes    int64
+		wantAge  time.Duration
+		wantSize int64
+	}{
+		{"defaults bound it", 0, 0, bridge.DefaultMaxAge, bridge.DefaultMaxBytes},
+		{"configured bounds", 2 * time.Hour, 64 << 20, 2 * time.Hour, 64 << 20},
+		{"unlimited", bridge.Unlimited, bridge.Unlimited, 0, -1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := mustOpen(t, nc, bridge.Config{Market: "girona", MaxAge: tt.age, MaxBytes: tt.bytes})
+			info := streamInfo(t, nc, "EDGEPROC_GIRONA")
+			if info.Config.MaxAge != tt.wantAge || info.Config.MaxBytes != tt.wantSize {
+				t.Errorf("got max_age %v max_bytes %d, want %v and %d", info.Config.MaxAge, info.Config.MaxBytes, tt.wantAge, tt.wantSize)
+			}
+			if info.Config.Discard != jetstream.DiscardOld {
+				t.Errorf("got discard %v, want old: a full stream must not refuse new results", info.Config.Discard)
+			}
+			if err := b.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestPublish_FullStreamDropsOldestResults(t *testing.T) {
+	srv := testenv.StartNATS(t)
+	nc := srv.Connect(t)
+	const limit = 8 << 10
+	cfg := bridge.Config{Market: "girona", MaxBytes: limit, AckTimeout: time.Minute}
+	b := mustOpen(t, nc, cfg)
+	payload := make([]byte, 200)
+	const n = 200 // ~50 KB offered to an 8 KiB stream
+	for i := range n {
+		mustPublish(t, b, cfg.Subject(bridge.KindDistance), fmt.Sprintf("k|%d", i), payload)
+	}
+	mustFlush(t, b, 10*time.Second)
+	if st := b.Stats(); st.Acked != n || st.Errors != 0 {
+		t.Fatalf("got %+v, want all %d acked without error", st, n)
+	}
+	info := streamInfo(t, nc, "EDGEPROC_GIRONA")
+	if info.State.Bytes > limit {
+		t.Errorf("stream holds %d bytes, over its %d bound", info.State.Bytes, limit)
+	}
+	if info.State.LastSeq != n || info.State.Msgs == 0 || info.State.FirstSeq == 1 {
+		t.Errorf("got sequences %d..%d (%d msgs), want the newest kept up to %d and the oldest gone",
+			info.State.FirstSeq, info.State.LastSeq, info.State.Msgs, n)
+	}
+}
+
+func TestPublish_OnAckedOncePerResultWithItsLatency(t *testing.T) {
+	srv := testenv.StartNATS(t)
+	nc := srv.Connect(t)
+	var mu sync.Mutex
+	var got []time.Duration
+	cfg := bridge.Config{Market: "girona", AckTimeout: time.Minute, OnAcked: func(d time.Duration) {
+		mu.Lock()
+		got = append(got, d)
+		mu.Unlock()
+	}}
+	b := mustOpen(t, nc, cfg)
+	start := time.Now()
+	for i := range 20 {
+		mustPublish(t, b, cfg.Subject(bridge.KindDistance), fmt.Sprintf("k|%d", i%10), []byte(`{}`))
+	}
+	mustFlush(t, b, 10*time.Second)
+	elapsed := time.Since(start)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 20 { // duplicates are acked too, and count
+		t.Fatalf("OnAcked called %d times, want 20", len(got))
+	}
+	for _, d := range got {
+		if d <= 0 || d > elapsed {
+			t.Errorf("latency %v outside (0, %v]", d, elapsed)
+		}
+	}
 }

@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Defaults applied by Open to zero Config fields.
@@ -29,6 +31,14 @@ const (
 	DefaultAckTimeout = 5 * time.Second
 	// DefaultMaxBackoff caps the delay between two attempts of one result.
 	DefaultMaxBackoff = 5 * time.Second
+	// DefaultMaxAge is how long the stream keeps a result (the default of
+	// the config key nats.max_age).
+	DefaultMaxAge = 24 * time.Hour
+	// DefaultMaxBytes bounds the stream's size, 1 GiB (the default of the
+	// config key nats.max_bytes).
+	DefaultMaxBytes int64 = 1 << 30
+	// Unlimited, as Config.MaxAge or Config.MaxBytes, turns that bound off.
+	Unlimited = -1
 )
 
 // Output kinds accepted by Config.Subject.
@@ -63,8 +73,16 @@ type Config struct {
 	// Stream is the JetStream stream that captures the market's subjects.
 	// Default "EDGEPROC_" + upper-case Market.
 	Stream string
-	// DuplicateWindow is the stream's Nats-Msg-Id dedup window. Default 10m.
+	// DuplicateWindow is the stream's Nats-Msg-Id dedup window. Default 10m;
+	// at most MaxAge.
 	DuplicateWindow time.Duration
+	// MaxAge is the stream's retention: older results are deleted.
+	// Default 24h; Unlimited (any negative value) keeps them forever.
+	MaxAge time.Duration
+	// MaxBytes bounds the stream's size in bytes: past it the oldest results
+	// are deleted (discard old: publishing never fails for it). Default
+	// 1 GiB; Unlimited (any negative value) means no bound.
+	MaxBytes int64
 	// MaxPending is how many results may await their ack at once; Publish
 	// blocks beyond it. Default 1024.
 	MaxPending int
@@ -93,10 +111,19 @@ type Config struct {
 	// position: an H3 lookup costs about 1.5 µs. Default false: the cell is
 	// written as given.
 	ComputeCell bool
+	// OnAcked, if set, is called with the time from Publish accepting a
+	// result to JetStream acknowledging it (retries included), once per
+	// result: the service feeds its close-to-ack latency histogram with it.
+	// It runs on nats.go's ack goroutine and must not block.
+	OnAcked func(time.Duration)
 	// CellResolution is the H3 resolution (0..15) used by ComputeCell.
 	// Default 0, so set it with ComputeCell (the contract's default is 9).
 	CellResolution int
 }
+
+// Resolved returns c with every default applied: the stream and bucket
+// names a market gets, for a consumer that reads them (edgeproc tail).
+func (c Config) Resolved() Config { return c.withDefaults() }
 
 // withDefaults returns a copy of c with zero fields set to their defaults.
 func (c Config) withDefaults() Config {
@@ -111,6 +138,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxPending == 0 {
 		c.MaxPending = DefaultMaxPending
+	}
+	if c.MaxAge == 0 {
+		c.MaxAge = DefaultMaxAge
+	}
+	if c.MaxBytes == 0 {
+		c.MaxBytes = DefaultMaxBytes
 	}
 	if c.KVBucket == "" {
 		// Market names are already valid bucket characters ('-' included).
@@ -155,6 +188,9 @@ func (c Config) Validate() error {
 	if c.DuplicateWindow < 0 {
 		return bad("duplicate_window", c.DuplicateWindow, "must be positive")
 	}
+	if c.MaxAge > 0 && c.DuplicateWindow > c.MaxAge {
+		return bad("duplicate_window", c.DuplicateWindow, fmt.Sprintf("must not be longer than max_age %s", c.MaxAge))
+	}
 	if c.MaxPending < 0 {
 		return bad("max_pending", c.MaxPending, "must be positive")
 	}
@@ -190,6 +226,26 @@ func (c Config) Subject(kind string) string {
 	default:
 		return c.SubjectPrefix + ".dashboard." + c.Market + "." + kind
 	}
+}
+
+// streamConfig is the market's stream as Open creates it, or updates an
+// existing one to: a stream made by an older edgeproc without bounds gets
+// them at the next start.
+func (c Config) streamConfig() jetstream.StreamConfig {
+	c = c.withDefaults()
+	sc := jetstream.StreamConfig{
+		Name:        c.Stream,
+		Description: "edgeproc results of market " + c.Market,
+		Subjects:    c.streamSubjects(),
+		Storage:     jetstream.FileStorage,
+		Duplicates:  c.DuplicateWindow,
+		Retention:   jetstream.LimitsPolicy,
+		Discard:     jetstream.DiscardOld,
+		MaxAge:      max(c.MaxAge, 0), // JetStream's 0 is no age bound
+		MaxBytes:    max(c.MaxBytes, -1),
+		MaxMsgs:     -1,
+	}
+	return sc
 }
 
 // streamSubjects lists the subjects the market's stream captures.

@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"errors"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -69,8 +70,10 @@ func TestConfig_Defaults(t *testing.T) {
 		MaxCouriers:     200_000,
 		AckTimeout:      5 * time.Second,
 		MaxBackoff:      5 * time.Second,
+		MaxAge:          24 * time.Hour,
+		MaxBytes:        1 << 30,
 	}
-	if got != want {
+	if !reflect.DeepEqual(got, want) {
 		t.Errorf("defaults: got %+v, want %+v", got, want)
 	}
 	if err := got.Validate(); err != nil {

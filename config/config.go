@@ -2,8 +2,10 @@ package config
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"slices"
 	"strings"
@@ -36,6 +38,7 @@ type Config struct {
 	State    State
 	HTTP     HTTP
 	Limits   Limits
+	Log      Log
 }
 
 // MQTT is where positions come from (yaml key mqtt).
@@ -92,14 +95,34 @@ type NATS struct {
 	Stream string
 	// DuplicateWindow is the stream's dedup window (yaml
 	// duplicate_window): a result re-published within it with the same key
-	// is dropped. Default 10m; > 0.
+	// is dropped. Default 10m; > 0, and at most MaxAge when MaxAge is set.
 	DuplicateWindow time.Duration
 	// KVInterval bounds how stale a courier's position in the courier KV
 	// bucket may be (yaml kv_interval): a courier's position is written at
 	// most once per interval, its newest then; a status change (no_signal,
 	// online) is written at once. Default 15s; > 0, whole milliseconds.
 	KVInterval time.Duration
+	// MaxAge bounds the stream's retention (yaml max_age): results older
+	// than this are deleted. Default 24h (DefaultMaxAge); 0 = kept until
+	// MaxBytes (or forever); whole seconds.
+	MaxAge time.Duration
+	// MaxBytes bounds the stream's size on disk, in bytes (yaml max_bytes;
+	// an integer or a size such as 512MiB or 2GB): past it the oldest
+	// results are deleted, never the new ones refused. Default 1 GiB
+	// (DefaultMaxBytes); 0 = no size bound.
+	MaxBytes int64
 }
+
+// Retention defaults of a market's result stream. At 1 fix / 5 s and the
+// default windows a courier produces about 62 results an hour (~27 KB of
+// stream), so 1 GiB holds a day of ~1 650 couriers; see the README's sizing
+// guide.
+const (
+	// DefaultMaxAge is the default nats.max_age.
+	DefaultMaxAge = 24 * time.Hour
+	// DefaultMaxBytes is the default nats.max_bytes: 1 GiB.
+	DefaultMaxBytes int64 = 1 << 30
+)
 
 // Windows holds the event-time parameters (yaml key windows); see contract
 // §3. Every duration is a whole number of milliseconds, because the engine
@@ -224,6 +247,19 @@ type Limits struct {
 	MaxCouriers int
 }
 
+// Log is the process's logging (yaml key log). It is process-wide: with
+// several markets, the most verbose level of their files applies (see
+// LogLevel); `edgeproc run --log-level` overrides it. The format (text or
+// JSON) is the command line's --log-format, not a market's setting.
+type Log struct {
+	// Level is the lowest level written: "debug", "info", "warn" or
+	// "error". Default "info".
+	Level string
+}
+
+// LogLevels are the accepted values of log.level, from the most verbose.
+var LogLevels = []string{"debug", "info", "warn", "error"}
+
 // Default returns the configuration with every default of contract §6 set
 // and Market empty. The market-derived values (mqtt.topic, mqtt.client_id,
 // nats.stream, state.dir) are left empty: Parse fills them once the market
@@ -240,6 +276,8 @@ func Default() Config {
 			SubjectPrefix:   "delivery",
 			DuplicateWindow: 10 * time.Minute,
 			KVInterval:      15 * time.Second,
+			MaxAge:          DefaultMaxAge,
+			MaxBytes:        DefaultMaxBytes,
 		},
 		Windows: Windows{
 			Size:            5 * time.Minute,
@@ -256,6 +294,7 @@ func Default() Config {
 		State:    State{CheckpointInterval: 10 * time.Second, WALSync: "batch", WALBatchInterval: 2 * time.Millisecond, WALBatchMax: 1024},
 		HTTP:     HTTP{Listen: "127.0.0.1:9464", Board: true},
 		Limits:   Limits{MaxCouriers: 200_000},
+		Log:      Log{Level: "info"},
 	}
 }
 
@@ -265,10 +304,11 @@ func Default() Config {
 // variable and touches no file.
 //
 // On error it returns the zero Config and an error holding every problem
-// found (errors.Join of *FieldError, see FieldErrors). Problems decoding the
-// file (syntax, unknown keys, wrong types, bad durations) are reported
-// alone; the value rules are checked only once the file decodes cleanly, so
-// that a mistyped value does not also produce misleading follow-on errors.
+// found (errors.Join of *FieldError, see FieldErrors): problems decoding the
+// file (unknown keys, wrong types, bad durations) and the value rules
+// alike. A section with a value that did not decode (windows.size: 5 m)
+// skips its value rules, whose cross-key checks would otherwise compare
+// against the default it kept; a syntax error stops at the error.
 func Parse(r io.Reader, file string) (Config, error) {
 	c, _, err := parse(r, file)
 	return c, err
@@ -286,22 +326,41 @@ func parse(r io.Reader, file string) (Config, map[string]int, error) {
 	c := Default()
 	d := decoder{lines: map[string]int{}}
 	d.decode(bytes.NewReader(data), &c)
-	if len(d.errs) > 0 {
-		for _, fe := range d.errs {
-			fe.File = file
+	fes := d.errs
+	if !d.fatal {
+		derived := c.fillMarketDefaults(d.lines)
+		for _, fe := range dropUndecoded(dropDerived(c.validate(), derived), d.errs) {
+			fe.Line = d.lines[fe.Field]
+			fes = append(fes, fe)
 		}
-		return Config{}, nil, joinFieldErrors(d.errs)
 	}
-	derived := c.fillMarketDefaults(d.lines)
-	if fes := c.validate(); len(fes) > 0 {
-		fes = dropDerived(fes, derived)
+	if len(fes) > 0 {
 		for _, fe := range fes {
 			fe.File = file
-			fe.Line = d.lines[fe.Field]
 		}
 		return Config{}, nil, joinFieldErrors(fes)
 	}
 	return c, d.lines, nil
+}
+
+// dropUndecoded leaves out the value-rule errors of a section in which a
+// value failed to decode: that value kept its default, so the section's
+// rules would judge a value the file does not hold. Unknown and duplicate
+// keys set nothing and leave the rules in force.
+func dropUndecoded(fes, decodeErrs []*FieldError) []*FieldError {
+	bad := map[string]bool{}
+	for _, de := range decodeErrs {
+		if !errors.Is(de, ErrUnknownKey) && !errors.Is(de, ErrDuplicateKey) {
+			bad[section(de.Field)] = true
+		}
+	}
+	return slices.DeleteFunc(fes, func(fe *FieldError) bool { return bad[section(fe.Field)] })
+}
+
+// section is the first token of a dotted key.
+func section(key string) string {
+	s, _, _ := strings.Cut(key, ".")
+	return s
 }
 
 // dropDerived leaves out the errors of values derived from a market name
@@ -317,7 +376,12 @@ func dropDerived(fes []*FieldError, derived []string) []*FieldError {
 func Load(path string) (Config, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return Config{}, fmt.Errorf("open config %s: %w", path, err)
+		// The PathError already names the path: say which file it is
+		// without repeating it.
+		if pe, ok := errors.AsType[*fs.PathError](err); ok {
+			err = pe.Err
+		}
+		return Config{}, fmt.Errorf("config %s: %w", path, err)
 	}
 	defer f.Close()
 	return Parse(f, path)

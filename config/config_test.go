@@ -37,6 +37,8 @@ func contractGirona() Config {
 			Stream:          "EDGEPROC_GIRONA",
 			DuplicateWindow: 10 * time.Minute,
 			KVInterval:      15 * time.Second, // the project's
+			MaxAge:          24 * time.Hour,
+			MaxBytes:        1 << 30,
 		},
 		Windows: Windows{
 			Size:            5 * time.Minute,
@@ -53,6 +55,7 @@ func contractGirona() Config {
 		State:    State{Dir: "./state/girona", CheckpointInterval: 10 * time.Second, WALSync: "batch", WALBatchInterval: 2 * time.Millisecond, WALBatchMax: 1024},
 		HTTP:     HTTP{Listen: "127.0.0.1:9464", Board: true},
 		Limits:   Limits{MaxCouriers: 200_000},
+		Log:      Log{Level: "info"},
 	}
 }
 
@@ -124,7 +127,8 @@ func TestLoad_Testdata(t *testing.T) {
 			SessionExpiry: 24 * time.Hour,
 			MaxPacketSize: 256 << 10,
 		},
-		NATS: NATS{URL: "embedded", SubjectPrefix: "km0.delivery", Stream: "EDGEPROC_VALENCIA", DuplicateWindow: 10 * time.Minute, KVInterval: 5 * time.Second},
+		NATS: NATS{URL: "embedded", SubjectPrefix: "km0.delivery", Stream: "EDGEPROC_VALENCIA", DuplicateWindow: 10 * time.Minute, KVInterval: 5 * time.Second,
+			MaxAge: 12 * time.Hour, MaxBytes: 2 << 30},
 		Windows: Windows{
 			Size: 10 * time.Minute, Slide: 2 * time.Minute, Gap: 4 * time.Minute,
 			ToleratedDelay: 90 * time.Second, IdleTimeout: 0, MaxFutureSkew: 2 * time.Minute, RestoreTTL: 24 * time.Hour,
@@ -134,6 +138,7 @@ func TestLoad_Testdata(t *testing.T) {
 		State:    State{Dir: "./state/valencia", CheckpointInterval: 30 * time.Second, WALSync: "always", WALBatchInterval: 2 * time.Millisecond, WALBatchMax: 1024},
 		HTTP:     HTTP{Listen: "127.0.0.1:9465", Board: false, BoardTiles: "http://tiles.valencia.lan/{z}/{x}/{y}.png"},
 		Limits:   Limits{MaxCouriers: 200_000},
+		Log:      Log{Level: "debug"},
 	}
 	for _, tt := range []struct {
 		file string

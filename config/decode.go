@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -18,6 +19,23 @@ import (
 type decoder struct {
 	lines map[string]int // dotted key -> line, for every key set to a non-null value
 	errs  []*FieldError
+	fatal bool // the file is not a mapping of keys at all: no value rule applies
+}
+
+// yamlLineRe finds the line in a YAML syntax error ("yaml: line 3: did not
+// find expected key"), so that it is reported as file:3 like every other
+// problem.
+var yamlLineRe = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+// syntax records a YAML syntax error, in file:line form when it has a line.
+func (d *decoder) syntax(err error) {
+	fe := &FieldError{Err: ErrSyntax, Reason: "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}
+	if m := yamlLineRe.FindStringSubmatch(err.Error()); m != nil {
+		fe.Line, _ = strconv.Atoi(m[1])
+		fe.Reason = "invalid YAML: " + m[2]
+	}
+	d.errs = append(d.errs, fe)
+	d.fatal = true
 }
 
 // field is one key of a mapping and what to do with its value.
@@ -33,19 +51,20 @@ func (d *decoder) fail(n *yaml.Node, path, value string, err error, reason strin
 func (d *decoder) decode(r io.Reader, c *Config) {
 	dec := yaml.NewDecoder(r)
 	var doc yaml.Node
+	d.fatal = true // until the file turns out to be a mapping
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
 			d.errs = append(d.errs, &FieldError{Err: ErrEmpty})
 			return
 		}
-		d.errs = append(d.errs, &FieldError{Err: ErrSyntax, Reason: err.Error()})
+		d.syntax(err)
 		return
 	}
 	var extra yaml.Node
 	switch err := dec.Decode(&extra); {
 	case errors.Is(err, io.EOF):
 	case err != nil:
-		d.errs = append(d.errs, &FieldError{Err: ErrSyntax, Reason: err.Error()})
+		d.syntax(err)
 		return
 	default:
 		d.fail(&extra, "", "", ErrSyntax, "more than one YAML document: one file holds one market")
@@ -64,6 +83,7 @@ func (d *decoder) decode(r io.Reader, c *Config) {
 		d.fail(root, "", "", ErrWrongType, "the file must be a mapping of keys (market: ..., mqtt: ...), not "+kindName(root))
 		return
 	}
+	d.fatal = false
 	d.mapping("", root, []field{
 		{"market", d.str(&c.Market)},
 		{"mqtt", d.section([]field{
@@ -74,7 +94,7 @@ func (d *decoder) decode(r io.Reader, c *Config) {
 			{"password_env", d.str(&c.MQTT.PasswordEnv)},
 			{"ca_file", d.str(&c.MQTT.CAFile)},
 			{"session_expiry", d.duration(&c.MQTT.SessionExpiry)},
-			{"max_packet_size", d.size(&c.MQTT.MaxPacketSize)},
+			{"max_packet_size", d.sizeInt(&c.MQTT.MaxPacketSize)},
 		})},
 		{"nats", d.section([]field{
 			{"url", d.str(&c.NATS.URL)},
@@ -83,6 +103,8 @@ func (d *decoder) decode(r io.Reader, c *Config) {
 			{"stream", d.str(&c.NATS.Stream)},
 			{"duplicate_window", d.duration(&c.NATS.DuplicateWindow)},
 			{"kv_interval", d.duration(&c.NATS.KVInterval)},
+			{"max_age", d.duration(&c.NATS.MaxAge)},
+			{"max_bytes", d.size(&c.NATS.MaxBytes, math.MaxInt64)},
 		})},
 		{"windows", d.section([]field{
 			{"size", d.duration(&c.Windows.Size)},
@@ -116,6 +138,9 @@ func (d *decoder) decode(r io.Reader, c *Config) {
 		})},
 		{"limits", d.section([]field{
 			{"max_couriers", d.int(&c.Limits.MaxCouriers)},
+		})},
+		{"log", d.section([]field{
+			{"level", d.str(&c.Log.Level)},
 		})},
 	})
 }
@@ -201,19 +226,19 @@ func (d *decoder) duration(p *time.Duration) func(string, *yaml.Node) {
 
 // sizeUnits are the units a size may carry, in bytes.
 var sizeUnits = map[string]int64{
-	"B": 1, "kB": 1000, "KB": 1000, "KiB": 1 << 10, "MB": 1000 * 1000, "MiB": 1 << 20,
-	"GB": 1000 * 1000 * 1000, "GiB": 1 << 30,
+	"B": 1, "kB": 1e3, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
+	"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
 }
 
 // size accepts an integer number of bytes or a whole number with a unit
-// (1MiB, 64kB, 512 KiB).
-func (d *decoder) size(p *int) func(string, *yaml.Node) {
+// (1MiB, 64kB, 512 KiB, 2GB), at most limit bytes.
+func (d *decoder) size(p *int64, limit int64) func(string, *yaml.Node) {
 	return func(path string, n *yaml.Node) {
 		s, ok := d.scalar(path, n, "a size such as 1MiB or 65536")
 		if !ok {
 			return
 		}
-		num := strings.TrimRight(s, "BbKkMGi ")
+		num := strings.TrimRight(s, "BbKkMGTi ")
 		unit := strings.TrimSpace(s[len(num):])
 		mult, known := sizeUnits[unit]
 		if unit == "" {
@@ -221,14 +246,27 @@ func (d *decoder) size(p *int) func(string, *yaml.Node) {
 		}
 		v, err := strconv.ParseInt(num, 10, 64)
 		if !known || err != nil || v < 0 {
-			d.fail(n, path, s, ErrBadSize, "use a whole number of bytes, or with a unit: B, kB, KiB, MB, MiB, GB, GiB")
+			reason := "use a whole number of bytes, or with a unit: B, kB, KiB, MB, MiB, GB, GiB, TB, TiB"
+			if strings.HasPrefix(strings.TrimSpace(s), "-") {
+				reason = "must not be negative"
+			}
+			d.fail(n, path, s, ErrBadSize, reason)
 			return
 		}
-		if v > math.MaxInt32/mult {
+		if v > limit/mult {
 			d.fail(n, path, s, ErrOutOfRange, "size too large")
 			return
 		}
-		*p = int(v * mult)
+		*p = v * mult
+	}
+}
+
+// sizeInt is size into an int, at most math.MaxInt32 bytes.
+func (d *decoder) sizeInt(p *int) func(string, *yaml.Node) {
+	return func(path string, n *yaml.Node) {
+		v := int64(*p)
+		d.size(&v, math.MaxInt32)(path, n)
+		*p = int(v)
 	}
 }
 

@@ -51,6 +51,14 @@ func TestParse_DecodeErrors(t *testing.T) {
 		{"overflowing duration", m + "state:\n  checkpoint_interval: 9999999999h\n", "state.checkpoint_interval", ErrBadDuration, 3},
 		{"bad duration in mqtt", m + "mqtt:\n  session_expiry: forever\n", "mqtt.session_expiry", ErrBadDuration, 3},
 		{"bad duration in nats", m + "nats:\n  duplicate_window: 10\n", "nats.duplicate_window", ErrBadDuration, 3},
+		{"bad duration of max_age", m + "nats:\n  max_age: 1d\n", "nats.max_age", ErrBadDuration, 3},
+
+		// sizes
+		{"size with a space in the unit", m + "nats:\n  max_bytes: 1 gigabyte\n", "nats.max_bytes", ErrInvalid, 3},
+		{"negative size", m + "nats:\n  max_bytes: -1\n", "nats.max_bytes", ErrInvalid, 3},
+		{"fractional size", m + "nats:\n  max_bytes: 1.5GiB\n", "nats.max_bytes", ErrInvalid, 3},
+		{"overflowing size", m + "nats:\n  max_bytes: 9000000TiB\n", "nats.max_bytes", ErrOutOfRange, 3},
+		{"size as a list", m + "nats:\n  max_bytes: [1]\n", "nats.max_bytes", ErrWrongType, 3},
 
 		// whole-file problems
 		{"empty file", "", "", ErrEmpty, 0},
@@ -58,8 +66,8 @@ func TestParse_DecodeErrors(t *testing.T) {
 		{"null document", "~\n", "", ErrEmpty, 0},
 		{"top level list", "- market: girona\n", "", ErrWrongType, 1},
 		{"top level scalar", "girona\n", "", ErrWrongType, 1},
-		{"syntax error", "market: girona\n  windows: [\n", "", ErrSyntax, 0},
-		{"tab indentation", "market: girona\nwindows:\n\tsize: 5m\n", "", ErrSyntax, 0},
+		{"syntax error", "market: girona\n  windows: [\n", "", ErrSyntax, 2},
+		{"tab indentation", "market: girona\nwindows:\n\tsize: 5m\n", "", ErrSyntax, 3},
 		{"two documents", m + "---\nmarket: valencia\n", "", ErrSyntax, 2},
 		{"undefined alias", m + "windows:\n  gap: *nope\n", "", ErrSyntax, 0},
 	}
@@ -118,9 +126,54 @@ func TestParse_AliasesResolve(t *testing.T) {
 	}
 }
 
+func TestParse_SizesAndRetention(t *testing.T) {
+	tests := []struct {
+		val  string
+		want int64
+	}{
+		{"0", 0},
+		{"1073741824", 1 << 30},
+		{"1GiB", 1 << 30},
+		{"512MiB", 512 << 20},
+		{"500MB", 500_000_000},
+		{"2 GB", 2_000_000_000},
+		{`"64KiB"`, 64 << 10},
+		{"10B", 10},
+	}
+	for _, tt := range tests {
+		c := mustParse(t, "market: girona\nnats:\n  max_bytes: "+tt.val+"\n")
+		if c.NATS.MaxBytes != tt.want {
+			t.Errorf("max_bytes: %s: got %d, want %d", tt.val, c.NATS.MaxBytes, tt.want)
+		}
+	}
+	c := mustParse(t, "market: girona\nnats:\n  max_age: 0\n  max_bytes: 0\n")
+	if c.NATS.MaxAge != 0 || c.NATS.MaxBytes != 0 {
+		t.Errorf("0 and 0: got max_age %v max_bytes %d, want both 0 (unbounded)", c.NATS.MaxAge, c.NATS.MaxBytes)
+	}
+}
+
+func TestParse_ReportsDecodeAndValueErrorsTogether(t *testing.T) {
+	// An unknown key sets nothing: the rest of the file is still checked.
+	src := "market: girona\nwindows:\n  sizee: 5m\n  gap: 0s\nhttp:\n  listen: nope\n"
+	_, err := Parse(strings.NewReader(src), "g.yaml")
+	fes := FieldErrors(err)
+	want := []struct {
+		field string
+		line  int
+	}{{"windows.sizee", 3}, {"windows.gap", 4}, {"http.listen", 6}}
+	if len(fes) != len(want) {
+		t.Fatalf("got %d errors (%v), want %d", len(fes), err, len(want))
+	}
+	for i, w := range want {
+		if fes[i].Field != w.field || fes[i].Line != w.line || fes[i].File != "g.yaml" {
+			t.Errorf("error %d: got %s at %s:%d, want %s at g.yaml:%d", i, fes[i].Field, fes[i].File, fes[i].Line, w.field, w.line)
+		}
+	}
+}
+
 func TestParse_ReportsAllDecodeErrorsAndSkipsValidation(t *testing.T) {
-	// gap: 0s would fail validation, but decode errors are reported alone so
-	// a typo does not also produce follow-on errors.
+	// gap: 0s would fail validation, but a section with a value that did not
+	// decode skips its value rules: they would judge the default it kept.
 	src := "market: girona\nwindows:\n  sizee: 5m\n  gap: 0s\n  slide: 1 m\ngeo: 9\n"
 	_, err := Parse(strings.NewReader(src), "g.yaml")
 	fes := FieldErrors(err)

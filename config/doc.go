@@ -22,8 +22,10 @@
 //	  subject_prefix: delivery      # -> delivery.dashboard.girona.distance, ...
 //	  creds_env: EDGEPROC_NATS_CREDS        # env var NAME holding the .creds text; optional
 //	  stream: EDGEPROC_GIRONA       # default EDGEPROC_ + upper(MARKET), '-' -> '_'
-//	  duplicate_window: 10m         # JetStream dedup window for re-emitted results
+//	  duplicate_window: 10m         # JetStream dedup window for re-emitted results, <= max_age
 //	  kv_interval: 15s              # courier KV: a position at most this stale; status changes at once
+//	  max_age: 24h                  # results older than this are deleted; 0 = no age bound
+//	  max_bytes: 1GiB               # past this size the oldest results go; bytes or 512MiB, 2GB; 0 = no bound
 //	windows:                        # event time, contract §3; whole milliseconds
 //	  size: 5m                      # sliding distance window, > 0
 //	  slide: 1m                     # > 0 and <= size (need not divide it)
@@ -51,6 +53,8 @@
 //	  board_tiles: ""               # optional tile URL template, http(s)://… or /… with {z}, {x}, {y}
 //	limits:
 //	  max_couriers: 200000          # > 0; couriers tracked at most; beyond: courier_limit
+//	log:
+//	  level: info                   # debug, info, warn or error; process-wide (most verbose file wins)
 //
 // Secrets never come from the file: password_env and creds_env name
 // environment variables, read only when MQTT.Password or NATS.Creds is
@@ -66,4 +70,9 @@
 // Validate report all problems at once as an errors.Join (see FieldErrors):
 //
 //	girona.yaml:14: windows.gap = "0s": must be positive
+//	girona.yaml:3: invalid YAML: mapping values are not allowed in this context
+//
+// Several markets in one process must not share what is a market's own
+// (CheckClashes), and a market's topic should not name another market
+// (Warnings); `edgeproc run` and `edgeproc check-config` apply both.
 package config

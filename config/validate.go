@@ -70,6 +70,9 @@ func (c Config) validate() []*FieldError {
 		v.add("limits.max_couriers", strconv.Itoa(c.Limits.MaxCouriers), ErrNotPositive, "must be positive")
 	}
 	v.tiles("http.board_tiles", c.HTTP.BoardTiles)
+	if !slices.Contains(LogLevels, c.Log.Level) {
+		v.add("log.level", c.Log.Level, ErrInvalid, "must be one of "+strings.Join(LogLevels, ", "))
+	}
 	return v.errs
 }
 
@@ -157,8 +160,21 @@ func (n NATS) validate(v *validator) {
 	case strings.ContainsAny(n.Stream, ".*>/\\") || strings.IndexFunc(n.Stream, notGraphic) >= 0:
 		v.add("nats.stream", n.Stream, ErrInvalid, `must not contain spaces, control characters or any of . * > / \`)
 	}
-	v.millis("nats.duplicate_window", n.DuplicateWindow, true)
+	dupOK := v.millis("nats.duplicate_window", n.DuplicateWindow, true)
 	v.millis("nats.kv_interval", n.KVInterval, true)
+	switch {
+	case n.MaxAge < 0:
+		v.add("nats.max_age", n.MaxAge.String(), ErrNegative, "must not be negative (0 = no age bound)")
+	case n.MaxAge%time.Second != 0:
+		v.add("nats.max_age", n.MaxAge.String(), ErrInvalid, "must be a whole number of seconds")
+	case n.MaxAge > 0 && dupOK && n.DuplicateWindow > n.MaxAge:
+		// JetStream refuses a stream whose dedup window outlives its messages.
+		v.add("nats.duplicate_window", n.DuplicateWindow.String(), ErrOutOfRange,
+			fmt.Sprintf("must not be longer than nats.max_age (%s)", n.MaxAge))
+	}
+	if n.MaxBytes < 0 {
+		v.add("nats.max_bytes", strconv.FormatInt(n.MaxBytes, 10), ErrNegative, "must not be negative (0 = no size bound)")
+	}
 }
 
 func (w Windows) validate(v *validator) {

@@ -212,6 +212,7 @@ func TestValidate_ReportsEveryProblemInKeyOrder(t *testing.T) {
 	c.Distance.MinMoveM = math.NaN()
 	c.HTTP.Listen = "nowhere"
 	c.NATS.KVInterval = time.Microsecond
+	c.Log.Level = "verbose"
 	fes := FieldErrors(c.Validate())
 	want := []struct {
 		field string
@@ -223,6 +224,7 @@ func TestValidate_ReportsEveryProblemInKeyOrder(t *testing.T) {
 		{"windows.allowed_lateness", ErrInvalid},
 		{"distance.min_move_m", ErrInvalid},
 		{"http.listen", ErrInvalid},
+		{"log.level", ErrInvalid},
 	}
 	if len(fes) != len(want) {
 		t.Fatalf("got %d errors %v, want %d", len(fes), fes, len(want))
@@ -267,5 +269,34 @@ func TestValidate_Messages(t *testing.T) {
 				t.Errorf("got  %v\nwant %s", err, tt.want)
 			}
 		})
+	}
+}
+
+func TestValidate_Retention(t *testing.T) {
+	tests := []struct {
+		name  string
+		set   func(*Config)
+		field string
+		err   error
+	}{
+		{"negative max_age", func(c *Config) { c.NATS.MaxAge = -time.Hour }, "nats.max_age", ErrNegative},
+		{"max_age not whole seconds", func(c *Config) { c.NATS.MaxAge = 1500 * time.Millisecond }, "nats.max_age", ErrInvalid},
+		{"dedup window outlives max_age", func(c *Config) { c.NATS.MaxAge = 5 * time.Minute }, "nats.duplicate_window", ErrOutOfRange},
+		{"negative max_bytes", func(c *Config) { c.NATS.MaxBytes = -1 }, "nats.max_bytes", ErrNegative},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := contractGirona()
+			tt.set(&c)
+			fes := FieldErrors(c.Validate())
+			if len(fes) != 1 || fes[0].Field != tt.field || !errors.Is(fes[0], tt.err) {
+				t.Fatalf("got %v, want one %s error on %s", fes, tt.err, tt.field)
+			}
+		})
+	}
+	c := contractGirona()
+	c.NATS.MaxAge, c.NATS.MaxBytes = 0, 0 // unbounded, as JetStream's own default
+	if err := c.Validate(); err != nil {
+		t.Fatalf("unbounded retention: got %v, want nil", err)
 	}
 }

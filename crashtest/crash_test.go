@@ -135,7 +135,7 @@ type supervisor struct {
 
 func (s *supervisor) start() {
 	s.tb.Helper()
-	cmd := exec.Command(s.bin, "run", "--config", s.conf)
+	cmd := exec.Command(s.bin, "run", "--config", s.conf, "--log-level", "debug")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		s.tb.Fatal(err)

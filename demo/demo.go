@@ -6,8 +6,10 @@
 // windows are short enough for every result type to appear within the first
 // minute, and a simulated fleet (package sim) publishing in real time. It
 // prints the fleet board's URL (a live page of the fleet, package board),
-// then every result that reaches NATS (delivery.dashboard, late and
-// rejected), one line each, plus a tally every 10 s, until ctx ends or the
+// then what a dispatcher acts on from the results that reach NATS
+// (couriers going silent or coming back, rejected inputs) as they come,
+// and a status board every 10 s (who is silent and for how long, who is
+// stopped, how many move, late and rejected rates), until ctx ends or the
 // duration passes; then it stops everything in order (fleet, processor,
 // servers), prints the totals and removes its temporary directory.
 //
@@ -38,6 +40,10 @@ import (
 
 // Market is the demo's market name.
 const Market = "demo"
+
+// demoMaxBytes bounds the demo's result stream: an hour of the demo's
+// fleet (140 couriers, a window every 10 s) is about 25 MB.
+const demoMaxBytes = 64 << 20
 
 // Defaults applied by Run to zero Options fields.
 const (
@@ -74,7 +80,7 @@ type Options struct {
 	// malformed messages (see sim.Options). Defaults 0.02 and 0.01;
 	// negative = none.
 	DuplicateRate, BadRate float64
-	// Out receives the banner, the feed, the tallies and the totals.
+	// Out receives the banner, the events, the status boards and the totals.
 	// Default io.Discard.
 	Out io.Writer
 	// Color turns on ANSI colours in the feed (for a terminal).
@@ -82,7 +88,7 @@ type Options struct {
 	// Log receives the processor's, the fleet's and the broker's logs.
 	// Default: discarded.
 	Log *slog.Logger
-	// TallyEvery is the period of the tally line. Default 10s.
+	// TallyEvery is the period of the status board. Default 10s.
 	TallyEvery time.Duration
 	// Ready, when set, is called once every server listens and the fleet
 	// is about to start, with their addresses.
@@ -155,6 +161,8 @@ func marketConfig(mqttAddr, httpAddr, stateDir string) (config.Config, error) {
 	c.Windows.ToleratedDelay = 3 * time.Second
 	c.Windows.IdleTimeout = 5 * time.Second
 	c.Windows.MaxFutureSkew = time.Minute
+	c.NATS.MaxAge = time.Hour
+	c.NATS.MaxBytes = demoMaxBytes
 	c.State.Dir = stateDir
 	c.HTTP.Listen = httpAddr
 	if err := c.Validate(); err != nil {
@@ -324,7 +332,7 @@ loop:
 		case <-deadline:
 			break loop
 		case now := <-tick.C:
-			out.tally(now, brokerNote(brk))
+			out.board(now, brokerNote(brk))
 		case err := <-svcDone:
 			runErr = fmt.Errorf("demo: processor stopped: %w", err)
 			if err == nil {
@@ -353,7 +361,7 @@ loop:
 	tot.Sim = simRes.st
 	runErr = errors.Join(runErr, stopService())
 	runErr = errors.Join(runErr, drain(sub))
-	out.tally(time.Now(), brokerNote(brk))
+	out.board(time.Now(), brokerNote(brk))
 	inflight, msgs := brk.dropped()
 	out.println(fmt.Sprintf("totals: %s; fleet %s; broker dropped %d in-flight, %d messages",
 		totalsLine(out.totals()), simRes.st, inflight, msgs))
@@ -427,9 +435,9 @@ func printBanner(f *feed, o Options, a Addrs) {
   windows: distance 20s sliding every 10s, no-signal gap 15s, tolerated delay 3s
   fleet board:          http://%s/board/
   watch the positions:  mosquitto_sub -h 127.0.0.1 -p %s -t 'km0/%s/positions/#' -v
-  watch the results:    nats sub -s %s 'delivery.dashboard.>'
+  follow the results:   edgeproc tail --nats %s --market %s   (or: nats sub -s %s 'delivery.dashboard.>')
   metrics:              http://%s/metrics
-`, o.Couriers, o.Seed, until, a.HTTP, port(a.MQTT), Market, a.NATS, a.HTTP))
+`, o.Couriers, o.Seed, until, a.HTTP, port(a.MQTT), Market, a.NATS, Market, a.NATS, a.HTTP))
 }
 
 // port returns the port of a host:port.

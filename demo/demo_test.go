@@ -175,18 +175,25 @@ func TestRun_EveryResultTypeReachesNATS(t *testing.T) {
 			t.Errorf("output lacks %q", want)
 		}
 	}
-	for _, typ := range types {
+	// Events as they come; distance and late only on the board.
+	for _, typ := range []string{"no_signal", "signal_restored", "rejected"} {
 		if !regexp.MustCompile(`(?m)^\d\d:\d\d:\d\d ` + typ + ` `).MatchString(text) {
-			t.Errorf("output has no feed line of type %s", typ)
+			t.Errorf("output has no event line of type %s", typ)
 		}
+	}
+	if regexp.MustCompile(`(?m)^\d\d:\d\d:\d\d (distance|late) `).MatchString(text) {
+		t.Errorf("output scrolls distance or late lines; they belong on the board")
+	}
+	if !boardLine.MatchString(text) {
+		t.Errorf("output has no status board with moving couriers:\n%s", text)
 	}
 	if strings.Contains(text, "\x1b[") {
 		t.Errorf("output has ANSI colours with Color off")
 	}
 }
 
-// feedLine matches a distance line of the feed (not the banner's mention).
-var feedLine = regexp.MustCompile(`^\d\d:\d\d:\d\d distance +\S+ +\d+ m `)
+// boardLine matches a status board's first line with couriers moving.
+var boardLine = regexp.MustCompile(`(?m)^\d\d:\d\d:\d\d ── \d+ couriers: [1-9]\d* moving, `)
 
 // TestBinary_SIGINT builds edgeproc and checks that `edgeproc demo` stops
 // cleanly, exit code 0, on Ctrl-C after showing results.
@@ -216,7 +223,7 @@ func TestBinary_SIGINT(t *testing.T) {
 		for sc.Scan() {
 			line := sc.Text()
 			rest.Write([]byte(line + "\n"))
-			if !signalled && feedLine.MatchString(line) {
+			if !signalled && boardLine.MatchString(line) {
 				signalled = true
 				close(firstDistance)
 			}
@@ -232,9 +239,9 @@ func TestBinary_SIGINT(t *testing.T) {
 	select {
 	case <-firstDistance:
 	case err := <-exited:
-		t.Fatalf("demo exited before its first distance line: %v\nstdout:\n%s\nstderr:\n%s", err, rest.String(), stderr.String())
+		t.Fatalf("demo exited before its first board with couriers moving: %v\nstdout:\n%s\nstderr:\n%s", err, rest.String(), stderr.String())
 	case <-time.After(90 * time.Second):
-		t.Fatalf("no distance line within 90s\nstdout:\n%s\nstderr:\n%s", rest.String(), stderr.String())
+		t.Fatalf("no board with couriers moving within 90s\nstdout:\n%s\nstderr:\n%s", rest.String(), stderr.String())
 	}
 	assertLoopbackOnly(t, cmd.Process.Pid)
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {

@@ -1,83 +1,111 @@
 package demo
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
+
+	"github.com/km0/edgeproc/internal/show"
 )
 
-// ANSI colours of the feed, by record type.
-const (
-	ansiReset   = "\x1b[0m"
-	ansiDim     = "\x1b[2m"
-	ansiGreen   = "\x1b[32m"
-	ansiYellow  = "\x1b[33m"
-	ansiRed     = "\x1b[31m"
-	ansiCyan    = "\x1b[36m"
-	ansiMagenta = "\x1b[35m"
-)
-
-// rawShown is how much of a rejected payload a feed line shows, in bytes.
-const rawShown = 60
-
-// Record types of contract §4, in the order the tally prints them.
+// Record types of contract §4, in the order the totals print them.
 var types = [...]string{"distance", "no_signal", "signal_restored", "late", "rejected"}
 
-// record holds the fields of any result the feed prints (contract §4).
-type record struct {
-	Type      string  `json:"type"`
-	Courier   string  `json:"courier"`
-	EmittedAt int64   `json:"emitted_at_ms"`
-	WinStart  int64   `json:"window_start_ms"`
-	WinEnd    int64   `json:"window_end_ms"`
-	DistanceM float64 `json:"distance_m"`
-	Positions int     `json:"positions"`
-	Stopped   bool    `json:"stopped"`
-	SessStart int64   `json:"session_start_ms"`
-	LastSeen  int64   `json:"last_seen_ms"`
-	GapMs     int64   `json:"gap_ms"`
-	Operator  string  `json:"operator"`
-	Lateness  int64   `json:"lateness_ms"`
-	Reason    string  `json:"reason"`
-	Raw       string  `json:"raw"`
+// boardNames is how many couriers a board line names before "+N more".
+const boardNames = 8
+
+// recentRejected is how many rejected inputs the board keeps to show.
+const recentRejected = 4
+
+// courierView is what the board knows of one courier, from its results.
+type courierView struct {
+	state     string // "moving", "stopped", "one position" (from its last window), or "" before one
+	silent    bool   // a no_signal not yet followed by signal_restored
+	lastSeen  int64  // no_signal's last_seen_ms
+	stoppedAt int64  // window end of the first of its consecutive stopped windows
 }
 
-// feed prints one line per result and counts them by type. Its methods are
-// safe for concurrent use; lines are never interleaved.
+// feed is the demo's view of the results: it prints the events a
+// dispatcher acts on as they come (a courier going silent or coming back,
+// a rejected input with the courier it named) and, every TallyEvery, a
+// status board: how many couriers move, who is stopped, who is silent and
+// for how long, the late and rejected rates. Distance windows update the
+// board, not the screen. Its methods are safe for concurrent use.
 type feed struct {
-	color bool
-	loc   *time.Location
-
-	mu  sync.Mutex // serialises writes to out
+	p   show.Printer
 	out io.Writer
 
-	counts    [len(types)]atomic.Uint64
-	other     atomic.Uint64      // undecodable messages or unknown types
-	lastTally [len(types)]uint64 // owned by the goroutine calling tally
+	mu        sync.Mutex // guards everything below, and serialises writes to out
+	couriers  map[string]*courierView
+	counts    [len(types)]uint64
+	since     [len(types)]uint64 // counts at the previous board
+	other     uint64             // undecodable messages or unknown types
+	rejected  []show.Record      // the latest few, newest last
+	lastBoard time.Time
 }
+
+// maxCouriers bounds the board's map: a fleet larger than this is shown by
+// its first couriers only (the demo runs 140).
+const maxCouriers = 100_000
 
 func newFeed(out io.Writer, color bool, loc *time.Location) *feed {
-	return &feed{out: out, color: color, loc: loc}
+	return &feed{p: show.Printer{Loc: loc, Color: color}, out: out, couriers: map[string]*courierView{}}
 }
 
-// handle prints and counts one message from delivery.>.
+// handle takes one message from delivery.>.
 func (f *feed) handle(data []byte) {
-	var r record
-	if err := json.Unmarshal(data, &r); err != nil {
-		f.other.Add(1)
-		return
-	}
+	r, err := show.Decode(data)
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	i := typeIndex(r.Type)
-	if i < 0 {
-		f.other.Add(1)
+	if err != nil || i < 0 {
+		f.other++
 		return
 	}
-	f.counts[i].Add(1)
-	f.println(f.format(&r))
+	f.counts[i]++
+	switch r.Type {
+	case "rejected":
+		f.rejected = append(f.rejected, r)
+		if len(f.rejected) > recentRejected {
+			f.rejected = f.rejected[1:]
+		}
+		f.printLocked(f.p.Line(r))
+		return
+	case "late":
+		return
+	}
+	c := f.couriers[r.Courier]
+	if c == nil {
+		if len(f.couriers) >= maxCouriers {
+			return
+		}
+		c = &courierView{}
+		f.couriers[r.Courier] = c
+	}
+	switch r.Type {
+	case "distance":
+		switch {
+		case r.Positions <= 1:
+			// One position says nothing about movement.
+			c.state, c.stoppedAt = "one position", 0
+		case r.Stopped:
+			if c.state != "stopped" {
+				c.stoppedAt = r.WinStart
+			}
+			c.state = "stopped"
+		default:
+			c.state, c.stoppedAt = "moving", 0
+		}
+	case "no_signal":
+		c.silent, c.lastSeen = true, r.LastSeen
+		f.printLocked(f.p.Line(r))
+	case "signal_restored":
+		c.silent = false
+		f.printLocked(f.p.Line(r))
+	}
 }
 
 func typeIndex(t string) int {
@@ -89,107 +117,110 @@ func typeIndex(t string) int {
 	return -1
 }
 
-// format renders one record: time, type, courier, then its key numbers.
-func (f *feed) format(r *record) string {
-	var b strings.Builder
-	b.WriteString(f.clock(r.EmittedAt))
-	b.WriteByte(' ')
-	colour := ""
-	switch r.Type {
-	case "distance":
-		colour = ansiGreen
-		if r.Stopped {
-			colour = ansiDim
-		}
-	case "no_signal":
-		colour = ansiRed
-	case "signal_restored":
-		colour = ansiCyan
-	case "late":
-		colour = ansiMagenta
-	case "rejected":
-		colour = ansiYellow
-	}
-	f.paint(&b, colour, fmt.Sprintf("%-15s", r.Type))
-	courier := r.Courier
-	if r.Type == "rejected" {
-		courier = "-"
-	}
-	fmt.Fprintf(&b, " %-12s ", courier)
-	switch r.Type {
-	case "distance":
-		fmt.Fprintf(&b, "%7.0f m  %2d pos  window %s-%s", r.DistanceM, r.Positions, f.clock(r.WinStart), f.clock(r.WinEnd))
-		if r.Stopped {
-			b.WriteString("  stopped")
-		}
-	case "no_signal":
-		fmt.Fprintf(&b, "silent since %s (session from %s)", f.clock(r.LastSeen), f.clock(r.SessStart))
-	case "signal_restored":
-		fmt.Fprintf(&b, "back after %s of silence", ms(r.GapMs))
-	case "late":
-		fmt.Fprintf(&b, "%s late for %s", ms(r.Lateness), r.Operator)
-	case "rejected":
-		raw := r.Raw
-		if len(raw) > rawShown {
-			raw = raw[:rawShown] + "…"
-		}
-		fmt.Fprintf(&b, "%s  %q", r.Reason, raw)
-	}
-	return b.String()
-}
-
-func (f *feed) paint(b *strings.Builder, colour, s string) {
-	if f.color && colour != "" {
-		b.WriteString(colour)
-		b.WriteString(s)
-		b.WriteString(ansiReset)
-		return
-	}
-	b.WriteString(s)
-}
-
-// clock formats a time in ms since the epoch as HH:MM:SS in f's zone.
-func (f *feed) clock(msec int64) string {
-	return time.UnixMilli(msec).In(f.loc).Format("15:04:05")
-}
-
-// ms formats a duration in milliseconds for people: 8.2s, 1m3s.
-func ms(d int64) string {
-	return (time.Duration(d) * time.Millisecond).Round(100 * time.Millisecond).String()
-}
-
 func (f *feed) println(line string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	fmt.Fprintln(f.out, line)
+	f.printLocked(line)
 }
+
+func (f *feed) printLocked(line string) { fmt.Fprintln(f.out, line) }
 
 // totals returns the counts by type, in the order of types.
 func (f *feed) totals() [len(types)]uint64 {
-	var t [len(types)]uint64
-	for i := range f.counts {
-		t[i] = f.counts[i].Load()
-	}
-	return t
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.counts
 }
 
-// tally prints one line with the counts so far and, in brackets, how many
-// arrived since the previous tally. Only one goroutine may call it.
-func (f *feed) tally(now time.Time, extra string) {
-	t := f.totals()
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s -- tally:", now.In(f.loc).Format("15:04:05"))
-	for i, name := range types {
-		fmt.Fprintf(&b, " %s %d (+%d)", name, t[i], t[i]-f.lastTally[i])
+// board prints the status board at now; extra (the broker's losses, if
+// any) goes on its first line. Rates are over the time since the previous
+// board.
+func (f *feed) board(now time.Time, extra string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var moving, one int
+	var stopped, silent []string
+	for id, c := range f.couriers {
+		switch {
+		case c.silent:
+			silent = append(silent, id)
+		case c.state == "moving":
+			moving++
+		case c.state == "stopped":
+			stopped = append(stopped, id)
+		case c.state == "one position":
+			one++
+		}
 	}
-	f.lastTally = t
+	nowMs := now.UnixMilli()
+	// Longest silent or stopped first: who to call.
+	sort.Slice(silent, func(i, j int) bool {
+		a, b := f.couriers[silent[i]].lastSeen, f.couriers[silent[j]].lastSeen
+		return a < b || a == b && silent[i] < silent[j]
+	})
+	sort.Slice(stopped, func(i, j int) bool {
+		a, b := f.couriers[stopped[i]].stoppedAt, f.couriers[stopped[j]].stoppedAt
+		return a < b || a == b && stopped[i] < stopped[j]
+	})
+	secs := now.Sub(f.lastBoard).Seconds()
+	if f.lastBoard.IsZero() || secs <= 0 {
+		secs = 0
+	}
+	rate := func(i int) string {
+		if secs == 0 {
+			return fmt.Sprintf("%d", f.counts[i]-f.since[i])
+		}
+		return fmt.Sprintf("%.1f/s", float64(f.counts[i]-f.since[i])/secs)
+	}
+	clock := now.In(f.loc()).Format("15:04:05")
+	head := fmt.Sprintf("%s ── %d couriers: %s moving, %s stopped, %d one position, %s silent ── late %s, rejected %s",
+		clock, len(f.couriers), f.p.Paint("\x1b[32m", fmt.Sprint(moving)), fmt.Sprint(len(stopped)), one,
+		f.p.Paint("\x1b[31m", fmt.Sprint(len(silent))), rate(3), rate(4))
 	if extra != "" {
-		b.WriteString(" | ")
-		b.WriteString(extra)
+		head += " ── " + extra
 	}
-	line := b.String()
-	if f.color {
-		line = ansiDim + line + ansiReset
+	f.printLocked(head)
+	if len(silent) > 0 {
+		f.printLocked("  silent now: " + names(silent, func(id string) string {
+			return fmt.Sprintf("%s %s", id, show.Duration(nowMs-f.couriers[id].lastSeen))
+		}))
 	}
-	f.println(line)
+	if len(stopped) > 0 {
+		f.printLocked("  stopped:    " + names(stopped, func(id string) string {
+			return fmt.Sprintf("%s %s", id, show.Duration(nowMs-f.couriers[id].stoppedAt))
+		}))
+	}
+	if len(f.rejected) > 0 {
+		var rs []string
+		for _, r := range f.rejected {
+			who := r.Courier
+			if who == "" {
+				who = "?"
+			}
+			rs = append(rs, who+" "+r.Reason)
+		}
+		f.printLocked("  rejected:   " + strings.Join(rs, ", ") + " (latest)")
+	}
+	f.since = f.counts
+	f.lastBoard = now
+}
+
+func (f *feed) loc() *time.Location {
+	if f.p.Loc == nil {
+		return time.Local
+	}
+	return f.p.Loc
+}
+
+// names joins the first boardNames ids, each as label renders it.
+func names(ids []string, label func(string) string) string {
+	var parts []string
+	for i, id := range ids {
+		if i == boardNames {
+			parts = append(parts, fmt.Sprintf("+%d more", len(ids)-boardNames))
+			break
+		}
+		parts = append(parts, label(id))
+	}
+	return strings.Join(parts, ", ")
 }

@@ -2,87 +2,117 @@ package demo
 
 import (
 	"bytes"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 )
 
-func TestFeed_Format(t *testing.T) {
-	// Times are around 2026-01-05T12:00:00Z, shown in UTC.
-	tests := []struct {
-		name string
-		json string
-		want string
-	}{
-		{"distance moving",
-			`{"type":"distance","market":"demo","courier":"demo-c0001","key":"k","window_start_ms":1767614380000,"window_end_ms":1767614400000,"distance_m":412.7,"positions":5,"stopped":false,"cell":"89","emitted_at_ms":1767614403000}`,
-			"12:00:03 distance        demo-c0001       413 m   5 pos  window 11:59:40-12:00:00"},
-		{"distance stopped",
-			`{"type":"distance","courier":"demo-c0002","window_start_ms":1767614380000,"window_end_ms":1767614400000,"distance_m":3,"positions":1,"stopped":true,"emitted_at_ms":1767614403000}`,
-			"12:00:03 distance        demo-c0002         3 m   1 pos  window 11:59:40-12:00:00  stopped"},
-		{"no_signal",
-			`{"type":"no_signal","courier":"demo-c0003","session_start_ms":1767614340000,"last_seen_ms":1767614382000,"last_lat":41.9,"last_lon":2.8,"emitted_at_ms":1767614400000}`,
-			"12:00:00 no_signal       demo-c0003   silent since 11:59:42 (session from 11:59:00)"},
-		{"signal_restored",
-			`{"type":"signal_restored","courier":"demo-c0003","silent_from_ms":1767614382000,"restored_at_ms":1767614406100,"gap_ms":24100,"emitted_at_ms":1767614407000}`,
-			"12:00:07 signal_restored demo-c0003   back after 24.1s of silence"},
-		{"late",
-			`{"type":"late","courier":"demo-c0004","operator":"distance","timestamp_ms":1767614370000,"watermark_ms":1767614398200,"lateness_ms":28200,"emitted_at_ms":1767614401000}`,
-			"12:00:01 late            demo-c0004   28.2s late for distance"},
-		{"rejected with long raw",
-			`{"type":"rejected","market":"demo","key":"k","reason":"bad_coordinates","raw":"{\"courier\":\"demo-c0031\",\"lat\":-94.348001,\"lon\":2.794999,\"timestamp_ms\":1}","line":7,"emitted_at_ms":1767614400000}`,
-			`12:00:00 rejected        -            bad_coordinates  "{\"courier\":\"demo-c0031\",\"lat\":-94.348001,\"lon\":2.794999,\"tim…"`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var out bytes.Buffer
-			f := newFeed(&out, false, time.UTC)
-			f.handle([]byte(tt.json))
-			if got := strings.TrimSuffix(out.String(), "\n"); got != tt.want {
-				t.Errorf("got  %q\nwant %q", got, tt.want)
-			}
-		})
-	}
+// Times are around 2026-01-05T12:00:00Z, shown in UTC.
+const (
+	t1155 = 1767614100000 // 11:55:00
+	t1159 = 1767614340000 // 11:59:00
+	t1200 = 1767614400000 // 12:00:00
+)
+
+func distance(courier string, start int64, positions int, metres float64, stopped bool) string {
+	return `{"type":"distance","market":"demo","courier":"` + courier + `","window_start_ms":` + itoa(start) +
+		`,"window_end_ms":` + itoa(start+20000) + `,"distance_m":` + ftoa(metres) + `,"positions":` + itoa(int64(positions)) +
+		`,"stopped":` + btoa(stopped) + `,"emitted_at_ms":` + itoa(start+23000) + `}`
 }
 
-func TestFeed_CountsAndColour(t *testing.T) {
+func TestFeed_PrintsEventsNotWindows(t *testing.T) {
 	var out bytes.Buffer
-	f := newFeed(&out, true, time.UTC)
+	f := newFeed(&out, false, time.UTC)
 	for _, m := range []string{
-		`{"type":"distance","courier":"a","emitted_at_ms":1}`,
-		`{"type":"distance","courier":"b","emitted_at_ms":1}`,
-		`{"type":"late","courier":"a","operator":"session","emitted_at_ms":1}`,
+		distance("demo-c0001", t1159, 5, 413, false),
+		`{"type":"late","courier":"demo-c0004","operator":"distance","timestamp_ms":1,"watermark_ms":2,"lateness_ms":1,"emitted_at_ms":1}`,
+		`{"type":"no_signal","courier":"demo-c0003","session_start_ms":1767614340000,"last_seen_ms":1767614382000,"last_lat":41.9,"last_lon":2.8,"emitted_at_ms":1767614400000}`,
+		`{"type":"signal_restored","courier":"demo-c0003","silent_from_ms":1767614382000,"restored_at_ms":1767614406100,"gap_ms":24100,"emitted_at_ms":1767614407000}`,
+		`{"type":"rejected","market":"demo","key":"k","reason":"bad_coordinates","raw":"{\"courier\":\"demo-c0031\",\"lat\":-94.348001,\"lon\":2.794999,\"timestamp_ms\":1}","line":7,"emitted_at_ms":1767614400000}`,
 		`{"type":"something_new","emitted_at_ms":1}`,
 		`not json`,
 	} {
 		f.handle([]byte(m))
 	}
-	if got, want := f.totals(), [len(types)]uint64{2, 0, 0, 1, 0}; got != want {
+	want := strings.Join([]string{
+		"12:00:00 no_signal       demo-c0003   silent since 11:59:42 (session from 11:59:00)",
+		"12:00:07 signal_restored demo-c0003   back after 24.1s of silence",
+		// The rejected line names the courier its payload named.
+		`12:00:00 rejected        demo-c0031   bad_coordinates  "{\"courier\":\"demo-c0031\",\"lat\":-94.348001,\"lon\":2.794999,\"tim…"`,
+	}, "\n") + "\n"
+	if got := out.String(); got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+	if got, want := f.totals(), [len(types)]uint64{1, 1, 1, 1, 1}; got != want {
 		t.Errorf("got counts %v, want %v", got, want)
 	}
-	if got := f.other.Load(); got != 2 {
-		t.Errorf("got %d unknown messages, want 2", got)
-	}
-	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
-	if len(lines) != 3 {
-		t.Fatalf("got %d lines, want 3 (unknown messages are not printed):\n%s", len(lines), out.String())
-	}
-	if !strings.Contains(lines[0], ansiGreen+"distance") || !strings.Contains(lines[2], ansiMagenta+"late") {
-		t.Errorf("got lines %q, want the type coloured green / magenta", lines)
-	}
-
-	out.Reset()
-	now := time.Date(2026, 1, 5, 12, 0, 10, 0, time.UTC)
-	f.tally(now, "")
-	f.handle([]byte(`{"type":"distance","courier":"c","emitted_at_ms":1}`))
-	f.tally(now, "broker dropped 1 in-flight, 0 messages")
-	got := out.String()
-	for _, want := range []string{
-		"12:00:10 -- tally: distance 2 (+2) no_signal 0 (+0) signal_restored 0 (+0) late 1 (+1) rejected 0 (+0)",
-		"12:00:10 -- tally: distance 3 (+1) no_signal 0 (+0) signal_restored 0 (+0) late 1 (+0) rejected 0 (+0) | broker dropped 1 in-flight, 0 messages",
-	} {
-		if !strings.Contains(got, want) {
-			t.Errorf("tallies lack %q; got:\n%s", want, got)
-		}
+	if f.other != 2 {
+		t.Errorf("got %d unknown messages, want 2", f.other)
 	}
 }
+
+func TestFeed_Board(t *testing.T) {
+	var out bytes.Buffer
+	f := newFeed(&out, false, time.UTC)
+	f.board(time.UnixMilli(t1155), "") // the first board: counts, not rates
+	for _, m := range []string{
+		distance("a-moving", t1159, 5, 400, false),
+		distance("b-stopped", t1155, 4, 3, true), // stopped since 11:55:00
+		distance("b-stopped", t1159, 4, 2, true), // still: since stays 11:55:00
+		distance("c-one", t1159, 1, 0, true),     // one position: not stopped
+		distance("d-silent", t1159, 3, 200, false),
+		`{"type":"no_signal","courier":"d-silent","session_start_ms":1767614300000,"last_seen_ms":1767614382000,"emitted_at_ms":1767614400000}`,
+		distance("e-back", t1159, 3, 200, false),
+		`{"type":"no_signal","courier":"e-back","session_start_ms":1767614300000,"last_seen_ms":1767614300000,"emitted_at_ms":1767614400000}`,
+		`{"type":"signal_restored","courier":"e-back","silent_from_ms":1767614300000,"restored_at_ms":1767614390000,"gap_ms":90000,"emitted_at_ms":1767614400000}`,
+		`{"type":"rejected","reason":"bad_json","raw":"{nope","emitted_at_ms":1767614400000}`,
+		`{"type":"late","courier":"a-moving","operator":"session","emitted_at_ms":1}`,
+		`{"type":"late","courier":"a-moving","operator":"session","emitted_at_ms":1}`,
+	} {
+		f.handle([]byte(m))
+	}
+	out.Reset()
+	f.board(time.UnixMilli(t1200+10000), "broker dropped 1 in-flight, 0 messages") // 12:00:10, 310 s after the first
+	want := strings.Join([]string{
+		"12:00:10 ── 5 couriers: 2 moving, 1 stopped, 1 one position, 1 silent ── late 0.0/s, rejected 0.0/s ── broker dropped 1 in-flight, 0 messages",
+		"  silent now: d-silent 28s",
+		"  stopped:    b-stopped 5m10s",
+		"  rejected:   ? bad_json (latest)",
+	}, "\n") + "\n"
+	if got := out.String(); got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+	// Rates are per second since the previous board.
+	out.Reset()
+	f.handle([]byte(`{"type":"late","courier":"a-moving","operator":"session","emitted_at_ms":1}`))
+	f.board(time.UnixMilli(t1200+20000), "")
+	if got := out.String(); !strings.Contains(got, "late 0.1/s, rejected 0.0/s\n") {
+		t.Errorf("got %q, want late 0.1/s (1 in 10 s)", got)
+	}
+}
+
+func TestFeed_BoardNamesAtMostAFew(t *testing.T) {
+	var out bytes.Buffer
+	f := newFeed(&out, false, time.UTC)
+	for i := range 12 {
+		f.handle([]byte(distance("s"+itoa(int64(i+10)), t1159, 4, 1, true)))
+	}
+	f.board(time.UnixMilli(t1200), "")
+	if got := out.String(); !strings.Contains(got, "s17 1m0s, +4 more\n") {
+		t.Errorf("got\n%s\nwant 8 stopped couriers named, then +4 more", got)
+	}
+}
+
+func TestFeed_Colour(t *testing.T) {
+	var out bytes.Buffer
+	f := newFeed(&out, true, time.UTC)
+	f.handle([]byte(`{"type":"no_signal","courier":"a","last_seen_ms":1,"emitted_at_ms":1}`))
+	if !strings.Contains(out.String(), "\x1b[31mno_signal") {
+		t.Errorf("got %q, want no_signal in red", out.String())
+	}
+}
+
+func itoa(v int64) string   { return strconv.FormatInt(v, 10) }
+func ftoa(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+func btoa(v bool) string    { return strconv.FormatBool(v) }

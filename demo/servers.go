@@ -70,8 +70,11 @@ func startNATS(dir string) (*server.Server, error) {
 		JetStream: true,
 		StoreDir:  filepath.Join(dir, "jetstream"),
 		// The demo runs minutes, not months: a bounded store keeps a
-		// forgotten demo from filling the disk.
-		JetStreamMaxStore:  1 << 30,
+		// forgotten demo from filling the disk. JetStream reserves each
+		// stream's max_bytes against it when the stream is created, so it
+		// must hold the stream's bound (demoMaxBytes, or the 1 GiB default
+		// where that is not passed through) plus the courier bucket.
+		JetStreamMaxStore:  2 << 30,
 		JetStreamMaxMemory: 64 << 20,
 		NoSigs:             true,
 		NoLog:              true,

@@ -5,13 +5,16 @@ import (
 	"time"
 )
 
-// fsyncBuckets are the upper bounds, in seconds, of the fsync latency
-// histogram: 100 µs to 1 s.
-var fsyncBuckets = [...]float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}
+// fsyncBuckets are the upper bounds, in seconds, of every latency
+// histogram: 100 µs to 10 s, which covers an fsync (sub-millisecond to a
+// slow disk's second) and a result's close-to-ack time (milliseconds, to
+// seconds while NATS is slow).
+var fsyncBuckets = [...]float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
 
-// Histogram is a latency histogram with fixed buckets (100 µs to 1 s)
+// Histogram is a latency histogram with fixed buckets (100 µs to 10 s)
 // that is cheap to feed from a hot goroutine: Observe is a few atomic
-// adds and never allocates. The zero value is ready to use.
+// adds and never allocates. The zero value is ready to use; Observe is
+// safe for concurrent use.
 type Histogram struct {
 	counts [len(fsyncBuckets) + 1]atomic.Uint64 // the last one is +Inf
 	sumNs  atomic.Int64

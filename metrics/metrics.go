@@ -7,12 +7,17 @@
 // Register the Collector on a registry you own (prometheus.NewRegistry);
 // this package never touches the global default registry.
 //
-// Every series carries a "market" label. Metric names start with
-// "edgeproc_"; counters end in "_total"; times are in milliseconds where
-// the name says _ms and in seconds where it says _seconds.
+// Every series but edgeproc_build_info carries a "market" label. Names
+// follow Prometheus' conventions: they start with "edgeproc_", counters
+// end in "_total", durations are in seconds (_seconds), points in time in
+// seconds since the Unix epoch (_timestamp_seconds), sizes in bytes
+// (_bytes). deploy/grafana and deploy/prometheus use them; a test checks
+// that every name they use exists.
 package metrics
 
 import (
+	"runtime"
+	"runtime/debug"
 	"sort"
 	"time"
 
@@ -43,7 +48,16 @@ type Snapshot struct {
 	// Durability is the write-ahead log and checkpoint state.
 	Durability    Durability
 	HasDurability bool
+	// ResultLatency is the time from a window's close (its result handed
+	// to the bridge) to JetStream's ack of it; see bridge.Config.OnAcked.
+	// Left out of the scrape while HasResultLatency is false.
+	ResultLatency    HistogramSnapshot
+	HasResultLatency bool
 }
+
+// Version is the version edgeproc_build_info reports; the command sets it
+// to its own (-ldflags "-X main.version=...") before serving metrics.
+var Version = "dev"
 
 // Durability is a market's write-ahead log and checkpoint state.
 type Durability struct {
@@ -111,7 +125,7 @@ var (
 	dMissed     = desc("window_memberships_missed_total", "Distance windows a position that was not late could not join because they had already fired.")
 	dResults    = desc("results_total", "Records emitted, by type (rejected included).", "type")
 	dCouriers   = desc("couriers", "Couriers tracked (at most limits.max_couriers).")
-	dWatermark  = desc("watermark_ms", "Event-time watermark, ms since the Unix epoch; absent before the first position.")
+	dWatermark  = desc("watermark_timestamp_seconds", "Event-time watermark, seconds since the Unix epoch; absent before the first position.")
 	dLag        = desc("watermark_lag_seconds", "Wall clock minus watermark, seconds; absent before the first position.")
 	dQueue      = desc("ingest_queue_depth", "Received messages waiting for the engine.")
 	dQueueCap   = desc("ingest_queue_capacity", "Capacity of the ingest queue; at capacity, MQTT intake blocks.")
@@ -147,13 +161,30 @@ var (
 	dWALFsync    = desc("wal_fsync_seconds", "Write-ahead-log fsync latency.")
 	dReplayed    = desc("recovery_replayed_entries", "Write-ahead-log entries replayed through the engine at start.")
 	dRecoveryDur = desc("recovery_duration_seconds", "Time taken at start to load the checkpoint and replay the write-ahead log.")
+	dLatency     = desc("result_ack_latency_seconds", "Window close (result handed to the bridge) to its JetStream ack, retries included.")
+
+	dBuildInfo = prometheus.NewDesc("edgeproc_build_info", "Always 1; the labels say which build runs.", []string{"version", "goversion", "revision"}, nil)
 )
+
+// revision is the VCS revision the binary was built from, when the Go
+// toolchain recorded it.
+var revision = func() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				return s.Value
+			}
+		}
+	}
+	return "unknown"
+}()
 
 var allDescs = []*prometheus.Desc{
 	dReceived, dAccepted, dRejected, dDuplicates, dLate, dMissed, dResults, dCouriers, dWatermark, dLag, dQueue, dQueueCap, dInFlight, dInFlightMx,
 	dPublished, dAcked, dBDup, dBErrors, dBRetries, dPending, dKVWrites, dKVErrors, dKVRefused, dNATSUp, dStreamUp,
 	dMQTTUp, dMQTTRecv, dMQTTRedel, dMQTTOut, dMQTTReconn, dMQTTLost,
 	dCkptAge, dCkptDur, dCkptBytes, dCkpts, dCkptFail, dCkptSkip, dWALBytes, dWALRepairs, dWALFsync, dReplayed, dRecoveryDur,
+	dLatency, dBuildInfo,
 }
 
 // Describe sends every metric description.
@@ -166,6 +197,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 // Collect reads every market's snapshot and sends its metrics.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	now := c.now()
+	ch <- prometheus.MustNewConstMetric(dBuildInfo, prometheus.GaugeValue, 1, Version, runtime.Version(), revision)
 	for _, m := range c.markets {
 		c.collect(ch, m.Name, m.Snapshot(), now)
 	}
@@ -196,7 +228,7 @@ func (c *Collector) collect(ch chan<- prometheus.Metric, name string, s Snapshot
 		gauge(dInFlight, float64(e.InFlight))
 		gauge(dInFlightMx, float64(e.InFlightMax))
 		if e.Watermark != tmath.Never && e.Watermark != tmath.Forever {
-			gauge(dWatermark, float64(e.Watermark))
+			gauge(dWatermark, float64(e.Watermark)/1000)
 			gauge(dLag, float64(now.UnixMilli()-e.Watermark)/1000)
 		}
 	}
@@ -243,6 +275,10 @@ func (c *Collector) collect(ch chan<- prometheus.Metric, name string, s Snapshot
 		ch <- prometheus.MustNewConstHistogram(dWALFsync, h.Count, h.Sum, h.Buckets, name)
 		gauge(dReplayed, float64(d.Replayed))
 		gauge(dRecoveryDur, d.RecoveryDuration.Seconds())
+	}
+	if s.HasResultLatency {
+		h := s.ResultLatency
+		ch <- prometheus.MustNewConstHistogram(dLatency, h.Count, h.Sum, h.Buckets, name)
 	}
 }
 

@@ -90,7 +90,7 @@ func TestCollector_ReadsSnapshots(t *testing.T) {
 		{"edgeproc_results_total{market=girona,type=distance}", 5},
 		{"edgeproc_results_total{market=girona,type=rejected}", 3},
 		{"edgeproc_couriers{market=girona}", 4},
-		{"edgeproc_watermark_ms{market=girona}", 940_000},
+		{"edgeproc_watermark_timestamp_seconds{market=girona}", 940},
 		{"edgeproc_watermark_lag_seconds{market=girona}", 60},
 		{"edgeproc_ingest_queue_depth{market=girona}", 5},
 		{"edgeproc_engine_chunks_in_flight{market=girona}", 2},
@@ -125,7 +125,7 @@ func TestCollector_ReadsSnapshots(t *testing.T) {
 	// Before the first position there is no watermark: a -9.2e18 gauge
 	// would wreck every dashboard graph.
 	for _, absent := range []string{
-		"edgeproc_watermark_ms{market=valencia}",
+		"edgeproc_watermark_timestamp_seconds{market=valencia}",
 		"edgeproc_watermark_lag_seconds{market=valencia}",
 		"edgeproc_bridge_pending{market=valencia}",
 		"edgeproc_mqtt_received_total{market=valencia}",
@@ -210,5 +210,35 @@ func TestHistogram_Buckets(t *testing.T) {
 	}
 	if want := 2.001201; math.Abs(s.Sum-want) > 1e-9 {
 		t.Errorf("sum: got %v, want %v", s.Sum, want)
+	}
+}
+
+func TestCollector_BuildInfoAndResultLatency(t *testing.T) {
+	var h metrics.Histogram
+	for _, d := range []time.Duration{3 * time.Millisecond, 40 * time.Millisecond} {
+		h.Observe(d)
+	}
+	m := metrics.Market{Name: "girona", Snapshot: func() metrics.Snapshot {
+		return metrics.Snapshot{HasResultLatency: true, ResultLatency: h.Snapshot()}
+	}}
+	none := metrics.Market{Name: "valencia", Snapshot: func() metrics.Snapshot { return metrics.Snapshot{} }}
+	got := gather(t, metrics.NewCollector(nil, m, none))
+	if v := got["edgeproc_result_ack_latency_seconds{market=girona}"]; v != 2 {
+		t.Errorf("result_ack_latency_seconds count: got %v, want 2", v)
+	}
+	if v, ok := got["edgeproc_result_ack_latency_seconds{market=valencia}"]; ok {
+		t.Errorf("latency of a market without it: got %v, want absent", v)
+	}
+	found := 0
+	for k, v := range got {
+		if strings.HasPrefix(k, "edgeproc_build_info{") {
+			found++
+			if v != 1 || !strings.Contains(k, "version="+metrics.Version) || !strings.Contains(k, "goversion=go") {
+				t.Errorf("build info %s = %v", k, v)
+			}
+		}
+	}
+	if found != 1 {
+		t.Errorf("got %d build_info series, want 1 (no market label)", found)
 	}
 }

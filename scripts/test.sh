@@ -1,27 +1,56 @@
 #!/usr/bin/env bash
 # Runs every test of edgeproc: vet, the race-enabled unit and integration
-# tests (against a real Mosquitto and a real, embedded NATS server), and a
-# short run of every fuzz target. Installs Mosquitto, and Chromium for the
-# fleet board's browser tests, from Debian if missing.
+# tests (against a real Mosquitto and a real, embedded NATS server), the
+# deployment files with their real tools (promtool for the alert rules,
+# systemd-analyze for the unit), and a short run of every fuzz target.
+# Installs what is missing from Debian; starts, stops and reconfigures none
+# of the machine's services.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# apt_install PACKAGE...: installs Debian packages the tests need.
+SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+apt_updated=""
 apt_install() {
-	echo "test.sh: installing $*" >&2
-	local sudo=""; [ "$(id -u)" -ne 0 ] && sudo=sudo
-	$sudo apt-get update -qq
-	$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+	echo "test.sh: installing $* from Debian" >&2
+	[ -n "$apt_updated" ] || { $SUDO apt-get update -qq; apt_updated=1; }
+	$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
-# Integration tests need a real broker.
+
 if ! command -v mosquitto >/dev/null && [ ! -x /usr/sbin/mosquitto ]; then
-	apt_install mosquitto mosquitto-clients
+	apt_install mosquitto mosquitto-clients # integration tests need a real broker
 fi
+command -v systemd-analyze >/dev/null || apt_install systemd
 # The fleet board's tests drive a real headless browser.
 command -v chromium >/dev/null || apt_install chromium
-# The tests start their own brokers on free loopback ports; the packaged
-# service is not needed.
-command -v systemctl >/dev/null && systemctl stop mosquitto 2>/dev/null || true
+
+# promtool comes from Debian's prometheus package, unpacked into .cache/
+# rather than installed: installing it would also install a Prometheus
+# server service on the machine.
+PROMTOOL=$(command -v promtool || true)
+if [ -z "$PROMTOOL" ]; then
+	PROMTOOL=.cache/prometheus/usr/bin/promtool
+	if [ ! -x "$PROMTOOL" ]; then
+		echo "test.sh: unpacking promtool from Debian's prometheus package into .cache/" >&2
+		[ -n "$apt_updated" ] || { $SUDO apt-get update -qq; apt_updated=1; }
+		deb=$(mktemp -d)
+		(cd "$deb" && chmod 777 . && apt-get download -qq prometheus)
+		mkdir -p .cache/prometheus
+		dpkg-deb -x "$deb"/prometheus_*.deb .cache/prometheus
+		rm -rf "$deb"
+	fi
+fi
+
+# Deployment files, with the real tools.
+"$PROMTOOL" check rules deploy/prometheus/alerts.yml
+unit=$(mktemp -d)
+trap 'rm -rf "$unit"' EXIT
+go build -o "$unit/edgeproc" ./cmd/edgeproc
+# verify needs ExecStart's binary to exist: point it at the one just built.
+sed "s#/usr/local/bin/edgeproc#$unit/edgeproc#g" deploy/systemd/edgeproc.service >"$unit/edgeproc.service"
+systemd-analyze verify "$unit/edgeproc.service"
+"$unit/edgeproc" check-config examples/girona.yaml examples/valencia.yaml
+# The tests start their own brokers on free loopback ports: the machine's
+# own Mosquitto (if any) is left alone, never stopped or reconfigured.
 
 go vet ./...
 go test -race -count=1 -timeout 20m ./...
@@ -35,4 +64,5 @@ fuzz ./config FuzzParse
 fuzz ./engine FuzzRestore
 fuzz ./wal FuzzDecodeFrame
 fuzz ./wal FuzzFrameRoundTrip
+fuzz ./wal FuzzCountDropped
 fuzz ./board FuzzEncodeDecode

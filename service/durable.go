@@ -267,7 +267,7 @@ func (m *market) writeCheckpoint(ctx context.Context, log *wal.Log, job ckptJob)
 	m.ckpt.last, m.ckpt.duration, m.ckpt.bytes = time.Now(), time.Since(job.start), c.Size
 	m.ckpt.mu.Unlock()
 	m.ckpt.written.Add(1)
-	m.log.Info("checkpoint written", "tag", job.tag, "bytes", c.Size, "took", time.Since(job.start).Round(time.Microsecond))
+	m.log.Debug("checkpoint written", "tag", job.tag, "bytes", c.Size, "took", time.Since(job.start).Round(time.Microsecond))
 	if err := log.TruncateFront(prev + 1); err != nil && !errors.Is(err, wal.ErrClosed) {
 		return fmt.Errorf("truncate write-ahead log before %d: %w", prev+1, err)
 	}

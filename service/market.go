@@ -108,6 +108,7 @@ func (m *market) snapshot() metrics.Snapshot {
 	}
 	if b := m.snk.br.Load(); b != nil {
 		s.Bridge, s.HasBridge, s.StreamReady = b.Stats(), true, b.StreamReady()
+		s.ResultLatency, s.HasResultLatency = m.snk.ackLatency.Snapshot(), true
 	}
 	if src := m.in.src.Load(); src != nil {
 		s.MQTT, s.HasMQTT = src.Stats(), true

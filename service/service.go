@@ -143,7 +143,7 @@ func Run(ctx context.Context, cfgs []config.Config, deps Deps) error {
 	if len(cfgs) == 0 {
 		return errors.New("service: no market configured")
 	}
-	if err := checkClashes(cfgs); err != nil {
+	if err := config.CheckClashes(cfgs); err != nil {
 		return fmt.Errorf("service: %w", err)
 	}
 	if deps.Log == nil {

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 	"github.com/km0/edgeproc/bridge"
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/internal/ratelog"
+	"github.com/km0/edgeproc/metrics"
 	"github.com/km0/edgeproc/result"
 )
 
@@ -39,7 +41,10 @@ type sink struct {
 	pubCtx    context.Context
 	cancelPub context.CancelFunc
 	lost      atomic.Int64 // results the sink could not hand to the bridge
-	errLog    ratelog.Limiter
+	// ackLatency is the time from a result handed to the bridge to its
+	// JetStream ack.
+	ackLatency metrics.Histogram
+	errLog     ratelog.Limiter
 }
 
 // open creates the stream and bucket, retrying while NATS is unreachable.
@@ -50,6 +55,10 @@ func (s *sink) open(ctx context.Context) (bool, error) {
 		DuplicateWindow: s.cfg.NATS.DuplicateWindow,
 		ComputeCell:     true, CellResolution: s.cfg.Geo.H3Resolution,
 		KVInterval: s.cfg.NATS.KVInterval, MaxCouriers: s.cfg.Limits.MaxCouriers,
+		// The config's 0 is "no bound"; the bridge's 0 is its default.
+		MaxAge:   cmp.Or(s.cfg.NATS.MaxAge, bridge.Unlimited),
+		MaxBytes: cmp.Or(s.cfg.NATS.MaxBytes, bridge.Unlimited),
+		OnAcked:  s.ackLatency.Observe,
 	}
 	if err := cfg.Validate(); err != nil {
 		return false, err

@@ -197,11 +197,11 @@ func Run(ctx context.Context, opts Options, log *slog.Logger) (Stats, error) {
 	}
 	o, err := opts.withDefaults()
 	if err != nil {
-		return Stats{}, fmt.Errorf("sim: %w", err)
+		return Stats{}, err
 	}
 	u, err := url.Parse(o.URL)
 	if err != nil {
-		return Stats{}, fmt.Errorf("sim: parse broker URL %q: %w", o.URL, err)
+		return Stats{}, fmt.Errorf("parse broker URL %q: %w", o.URL, err)
 	}
 	if u.Scheme == "mqtts" {
 		u.Scheme = "tls" // autopaho's name for it
@@ -219,9 +219,15 @@ func Run(ctx context.Context, opts Options, log *slog.Logger) (Stats, error) {
 	defer cancelConn()
 	cm, err := p.connect(connCtx, u, o, log)
 	if err != nil {
-		return stats, fmt.Errorf("sim: %w", err)
+		return stats, err
 	}
-	waitCtx, cancelWait := context.WithTimeout(ctx, o.ConnectTimeout)
+	// Connecting counts towards Duration: a run of 2s against a broker
+	// that is down ends after 2s, not after ConnectTimeout.
+	wait := o.ConnectTimeout
+	if o.Duration > 0 {
+		wait = min(wait, o.Duration)
+	}
+	waitCtx, cancelWait := context.WithTimeout(ctx, wait)
 	err = cm.AwaitConnection(waitCtx)
 	cancelWait()
 	if err != nil {
@@ -230,7 +236,7 @@ func Run(ctx context.Context, opts Options, log *slog.Logger) (Stats, error) {
 			stats.Elapsed = time.Since(start)
 			return stats, nil
 		}
-		return stats, fmt.Errorf("sim: connect to %s within %s: %w", o.URL, o.ConnectTimeout, p.lastConnectError(err))
+		return stats, fmt.Errorf("connect to %s within %s: %w", o.URL, wait, p.lastConnectError(err))
 	}
 	log.Info("sim: connected", "url", o.URL, "client_id", o.ClientID, "shift_ms", shift)
 
@@ -245,10 +251,10 @@ func Run(ctx context.Context, opts Options, log *slog.Logger) (Stats, error) {
 	stats.Acked, stats.Errors = p.acked.Load(), p.errors.Load()
 	stats.Elapsed = time.Since(start)
 	if sendErr != nil {
-		return stats, fmt.Errorf("sim: %w", sendErr)
+		return stats, sendErr
 	}
 	if drainErr != nil {
-		return stats, fmt.Errorf("sim: %w", drainErr)
+		return stats, drainErr
 	}
 	return stats, nil
 }

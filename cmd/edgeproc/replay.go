@@ -19,31 +19,43 @@ import (
 // progressMin is the input size from which a terminal gets a progress bar.
 const progressMin = 32 << 20
 
-func runReplay(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	cfgPath := fs.String("config", "", "market configuration `FILE` (required)")
-	inPath := fs.String("in", "-", "input JSONL `FILE`, - for stdin")
-	outPath := fs.String("out", "-", "output JSONL `FILE`, - for stdout")
-	shards := fs.Int("shards", 0, "shard goroutines (default: number of CPUs); results do not depend on it")
-	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
-	}
-	if *cfgPath == "" || fs.NArg() > 0 {
-		return usageError{"replay takes --config FILE [--in FILE|-] [--out FILE|-]"}
-	}
-	cfg, err := config.Load(*cfgPath)
+var replayCommand = &command{
+	name:    "replay",
+	args:    "--config FILE [--in FILE|-] [--out FILE|-] [--shards N]",
+	summary: "process a JSONL file of positions, write JSONL results",
+	help: `Runs the engine over a file: each input line is a position (with an
+optional arrival_ms, the processing time it arrived at), each output line
+a result or a rejected input, exactly as the live service publishes them
+(docs/reference.md). At the end everything still open fires. A summary
+goes to stderr. --shards changes the parallelism, never the output.`,
+	example: "edgeproc replay --config testdata/worked.yaml --in testdata/worked.jsonl",
+	setup: func(fs *flag.FlagSet) runFunc {
+		cfgPath := fs.String("config", "", "market configuration `FILE` (required)")
+		inPath := fs.String("in", "-", "input JSONL `FILE`, - for stdin")
+		outPath := fs.String("out", "-", "output JSONL `FILE`, - for stdout")
+		shards := fs.Int("shards", 0, "shard goroutines (default: number of CPUs); results do not depend on it")
+		return func(_ context.Context, args []string, stdout, stderr io.Writer) error {
+			if *cfgPath == "" || len(args) > 0 {
+				return usageError{"replay takes --config FILE"}
+			}
+			return replayFile(*cfgPath, *inPath, *outPath, *shards, stdout, stderr)
+		}
+	},
+}
+
+func replayFile(cfgPath, inPath, outPath string, shards int, stdout, stderr io.Writer) error {
+	cfg, err := config.Load(cfgPath)
 	if err != nil {
 		return err
 	}
 	ecfg := engine.ConfigFrom(cfg)
-	ecfg.Shards = *shards
+	ecfg.Shards = shards
 
 	var in io.Reader = os.Stdin
-	if *inPath != "-" {
-		f, err := os.Open(*inPath)
+	if inPath != "-" {
+		f, err := os.Open(inPath)
 		if err != nil {
-			return fmt.Errorf("open input: %w", err)
+			return fmt.Errorf("input: %w", err)
 		}
 		defer f.Close()
 		in = f
@@ -55,10 +67,10 @@ func runReplay(_ context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	var out io.Writer = stdout
 	var outFile *os.File
-	if *outPath != "-" {
-		outFile, err = os.Create(*outPath)
+	if outPath != "-" {
+		outFile, err = os.Create(outPath)
 		if err != nil {
-			return fmt.Errorf("create output: %w", err)
+			return fmt.Errorf("output: %w", err)
 		}
 		out = outFile
 	}
@@ -75,18 +87,33 @@ func isTerminal(w io.Writer) bool {
 	return ok && term.IsTerminal(int(f.Fd()))
 }
 
-func runCheckConfig(_ context.Context, args []string, stdout, _ io.Writer) error {
-	if len(args) == 0 {
-		return usageError{"check-config takes one or more FILEs"}
-	}
-	var errs []error
-	for _, p := range args {
-		c, err := config.LoadLive(p)
-		if err != nil {
-			errs = append(errs, err)
-			continue
+var checkConfigCommand = &command{
+	name:    "check-config",
+	args:    "FILE...",
+	summary: "validate market configuration files, alone and together",
+	help: `Checks each file as run would, then the files together as one process
+would run them (two markets sharing a name, an MQTT session, a stream, a
+state directory or an HTTP port are refused). Every problem is reported,
+as FILE:LINE: key = "value": reason. Warnings (a market's topic naming
+another market) go to stderr and do not fail the check. Every key is
+documented in go doc ./config.`,
+	example: "edgeproc check-config examples/girona.yaml examples/valencia.yaml",
+	setup: func(*flag.FlagSet) runFunc {
+		return func(_ context.Context, files []string, stdout, stderr io.Writer) error {
+			if len(files) == 0 {
+				return usageError{"check-config takes one or more FILEs"}
+			}
+			cfgs, warnings, err := loadConfigs(files)
+			if err != nil {
+				return err
+			}
+			for _, w := range warnings {
+				fmt.Fprintln(stderr, "warning:", w)
+			}
+			for i, c := range cfgs {
+				fmt.Fprintf(stdout, "%s: ok (market %s)\n", files[i], c.Market)
+			}
+			return nil
 		}
-		fmt.Fprintf(stdout, "%s: ok (market %s)\n", p, c.Market)
-	}
-	return errors.Join(errs...)
+	},
 }
