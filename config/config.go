@@ -374,17 +374,25 @@ func dropDerived(fes []*FieldError, derived []string) []*FieldError {
 
 // Load opens path and Parses it; path names the file in error messages.
 func Load(path string) (Config, error) {
-	f, err := os.Open(path)
+	f, err := open(path)
 	if err != nil {
-		// The PathError already names the path: say which file it is
-		// without repeating it.
-		if pe, ok := errors.AsType[*fs.PathError](err); ok {
-			err = pe.Err
-		}
-		return Config{}, fmt.Errorf("config %s: %w", path, err)
+		return Config{}, err
 	}
 	defer f.Close()
 	return Parse(f, path)
+}
+
+// open opens a config file, naming the path once in the error: the
+// PathError already names it, so only its cause is kept.
+func open(path string) (*os.File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		if pe, ok := errors.AsType[*fs.PathError](err); ok {
+			err = pe.Err
+		}
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return f, nil
 }
 
 // LoadLive is Load for the commands that connect (run, check-config): it
@@ -393,9 +401,9 @@ func Load(path string) (Config, error) {
 // *FieldError (ErrEnvUnset) naming the key and the variable. Load alone
 // does not, so a replay does not need the secrets.
 func LoadLive(path string) (Config, error) {
-	f, err := os.Open(path)
+	f, err := open(path)
 	if err != nil {
-		return Config{}, fmt.Errorf("open config %s: %w", path, err)
+		return Config{}, err
 	}
 	defer f.Close()
 	c, lines, err := parse(f, path)

@@ -239,7 +239,7 @@ func TestParse_Sizes(t *testing.T) {
 		in  string
 		err error
 	}{
-		{"1.5MiB", ErrBadSize}, {"1 mb", ErrBadSize}, {"MiB", ErrBadSize}, {"-1", ErrBadSize}, {"1TiB", ErrBadSize},
+		{"1.5MiB", ErrBadSize}, {"1 mb", ErrBadSize}, {"MiB", ErrBadSize}, {"-1", ErrBadSize}, {"1TiB", ErrOutOfRange},
 		{"3GiB", ErrOutOfRange}, {"99999999999999999999", ErrBadSize},
 		{"1023", ErrOutOfRange}, {"257MiB", ErrOutOfRange}, {"0", ErrOutOfRange},
 	} {

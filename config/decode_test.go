@@ -54,9 +54,9 @@ func TestParse_DecodeErrors(t *testing.T) {
 		{"bad duration of max_age", m + "nats:\n  max_age: 1d\n", "nats.max_age", ErrBadDuration, 3},
 
 		// sizes
-		{"size with a space in the unit", m + "nats:\n  max_bytes: 1 gigabyte\n", "nats.max_bytes", ErrInvalid, 3},
-		{"negative size", m + "nats:\n  max_bytes: -1\n", "nats.max_bytes", ErrInvalid, 3},
-		{"fractional size", m + "nats:\n  max_bytes: 1.5GiB\n", "nats.max_bytes", ErrInvalid, 3},
+		{"size with a space in the unit", m + "nats:\n  max_bytes: 1 gigabyte\n", "nats.max_bytes", ErrBadSize, 3},
+		{"negative size", m + "nats:\n  max_bytes: -1\n", "nats.max_bytes", ErrBadSize, 3},
+		{"fractional size", m + "nats:\n  max_bytes: 1.5GiB\n", "nats.max_bytes", ErrBadSize, 3},
 		{"overflowing size", m + "nats:\n  max_bytes: 9000000TiB\n", "nats.max_bytes", ErrOutOfRange, 3},
 		{"size as a list", m + "nats:\n  max_bytes: [1]\n", "nats.max_bytes", ErrWrongType, 3},
 

@@ -26,7 +26,7 @@ func refParams(c engine.Config) reference.Params {
 		Market: c.Market, SizeMs: c.Size, SlideMs: c.Slide, GapMs: c.Gap, DelayMs: c.ToleratedDelay,
 		IdleTimeoutMs: c.IdleTimeout, FutureSkewMs: c.MaxFutureSkew, RestoreTTLMs: c.RestoreTTL,
 		MaxCouriers: cmp.Or(c.MaxCouriers, engine.DefaultMaxCouriers),
-		MinMoveM: c.Filter.MinMoveM, MaxSpeedKmh: c.Filter.MaxSpeedKmh, StoppedBelowM: c.StoppedBelowM,
+		MinMoveM:    c.Filter.MinMoveM, MaxSpeedKmh: c.Filter.MaxSpeedKmh, StoppedBelowM: c.StoppedBelowM,
 		H3Resolution: c.H3Resolution,
 	}
 }

@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/km0/edgeproc/config"
@@ -152,4 +154,101 @@ func TestRun_SilentMarketWritesNothing(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	quiet("after one position")
+}
+
+// TestRun_FullStateDiskStallsThenResumes: when the state disk fills up the
+// market stops acking (the broker keeps the rest), stays up (/healthz 200)
+// and says why it is not ready; once space returns it resumes by itself,
+// and every published position reaches the engine.
+func TestRun_FullStateDiskStallsThenResumes(t *testing.T) {
+	disk := testenv.Tmpfs(t, "1m")
+	mosq := testenv.StartMosquitto(t)
+	ns := testenv.StartNATS(t)
+	c := mustConfig(t, "girona", mosq.URL(), ns.URL())
+	c.State.Dir = filepath.Join(disk, "girona")
+	rec := newRecorder()
+	svc := startService(t, []config.Config{c}, service.Deps{Log: testLog(t), Record: rec.record})
+	base := waitReady(t, svc, 20*time.Second)
+
+	// About 2 MB of positions, twice the disk: padding in an unknown field
+	// keeps them valid.
+	pub := mosq.Publisher(t, "disk-pub")
+	pad := strings.Repeat("x", 900)
+	published := map[string]bool{}
+	start := time.Now().UnixMilli()
+	for i := 0; i < 2000; i++ {
+		p := fmt.Sprintf(`{"courier":"c%d","lat":41.98,"lon":2.82,"timestamp_ms":%d,"pad":%q}`, i%50, start+int64(i), pad)
+		pub.MustPublish(t, fmt.Sprintf("km0/girona/positions/c%d", i%50), []byte(p))
+		published[p] = true
+	}
+	ready := waitStatus(t, base+"/readyz", http.StatusServiceUnavailable, 30*time.Second, "girona: disk: write-ahead log stalled")
+	t.Logf("while the disk is full: /readyz %q", strings.TrimSpace(ready))
+	if code, body := get(t, base+"/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz while the disk is full: %d %q, want 200: the process must stay up", code, body)
+	}
+
+	testenv.ResizeTmpfs(t, disk, "64m")
+	rec.waitSeen(t, published, 60*time.Second)
+	waitStatus(t, base+"/readyz", http.StatusOK, 30*time.Second, "ready")
+	svc.stop(t, 15*time.Second)
+}
+
+// TestRun_DeletedStreamIsRecreated: a stream lost on the server (deleted,
+// or NATS restarted on an empty store) is recreated and delivery goes on.
+func TestRun_DeletedStreamIsRecreated(t *testing.T) {
+	mosq := testenv.StartMosquitto(t)
+	ns := testenv.StartNATS(t)
+	c := mustConfig(t, "girona", mosq.URL(), ns.URL())
+	c.Windows.Size, c.Windows.Slide, c.Windows.Gap, c.Windows.ToleratedDelay = time.Second, time.Second, time.Second, 0
+	var logs syncBuffer
+	svc := startService(t, []config.Config{c}, service.Deps{Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	waitReady(t, svc, 20*time.Second)
+
+	nc := ns.Connect(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := js.DeleteStream(ctx, c.NATS.Stream); err != nil {
+		t.Fatalf("delete the stream: %v", err)
+	}
+	// Positions a second apart, in the past (a position counts for the
+	// watermark at most at its arrival): each closes the previous window,
+	// whose result must land in the recreated stream.
+	pub := mosq.Publisher(t, "stream-pub")
+	now := time.Now().UnixMilli() - 10_000
+	for i := 0; i < 5; i++ {
+		pub.MustPublish(t, "km0/girona/positions/c1", []byte(fmt.Sprintf(`{"courier":"c1","lat":41.98,"lon":2.82,"timestamp_ms":%d}`, now+int64(i)*1000)))
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
+		st, err := js.Stream(sctx, c.NATS.Stream)
+		scancel()
+		var n uint64
+		if err == nil {
+			n = st.CachedInfo().State.Msgs
+		}
+		if n >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			for name := range js.StreamNames(context.Background()).Name() {
+				t.Logf("stream on the server: %s", name)
+			}
+			t.Fatalf("%d results in the recreated stream within 30 s, want 3 or more (err %v)\n%s", n, err, logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if l := logs.String(); !strings.Contains(l, "level=WARN") || !strings.Contains(l, "recreat") {
+		t.Errorf("no WARN saying the stream was recreated:\n%s", l)
+	}
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, "recreat") {
+			t.Logf("log: %s", line)
+		}
+	}
+	svc.stop(t, 15*time.Second)
 }

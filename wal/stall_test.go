@@ -4,50 +4,14 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/km0/edgeproc/internal/testenv"
 )
-
-// mountTmpfs mounts a tmpfs of size (mount's syntax, e.g. "2m") on a new
-// temporary dir and unmounts it at cleanup. It needs root on Linux: CI runs
-// as root, so there the test always runs; a developer without root gets a
-// skip that says why.
-func mountTmpfs(tb testing.TB, size string) string {
-	tb.Helper()
-	if runtime.GOOS != "linux" {
-		tb.Skipf("a tmpfs needs Linux, this is %s", runtime.GOOS)
-	}
-	if os.Geteuid() != 0 {
-		tb.Skip("mounting a tmpfs needs root (CI runs as root, so it runs there)")
-	}
-	if _, err := exec.LookPath("mount"); err != nil {
-		tb.Fatalf("running as root on Linux but no mount command: %v", err)
-	}
-	dir := tb.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size+",mode=0700", "tmpfs", dir).CombinedOutput(); err != nil {
-		tb.Fatalf("mount tmpfs on %s: %v: %s", dir, err, out)
-	}
-	// Registered after TempDir's, so it runs before the removal.
-	tb.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			tb.Errorf("umount %s: %v: %s", dir, err, out)
-		}
-	})
-	return dir
-}
-
-func remountTmpfs(tb testing.TB, dir, size string) {
-	tb.Helper()
-	if out, err := exec.Command("mount", "-o", "remount,size="+size, dir).CombinedOutput(); err != nil {
-		tb.Fatalf("remount %s with size %s: %v: %s", dir, size, err, out)
-	}
-}
 
 func waitFor(tb testing.TB, what string, cond func() bool) {
 	tb.Helper()
@@ -71,7 +35,7 @@ func stallPayload(i int) []byte {
 // so; when the disk grows the log resumes by itself, and the log on disk
 // holds every entry once, in order, with no torn record.
 func TestLog_FullDiskStallsAndResumes(t *testing.T) {
-	dir := filepath.Join(mountTmpfs(t, "2m"), "wal")
+	dir := filepath.Join(testenv.Tmpfs(t, "2m"), "wal")
 	opt := Options{Sync: SyncBatch, MaxBatch: 32, SegmentSize: 128 << 10}
 	l, _ := mustOpen(t, dir, opt)
 
@@ -125,7 +89,7 @@ func TestLog_FullDiskStallsAndResumes(t *testing.T) {
 	default:
 	}
 
-	remountTmpfs(t, filepath.Dir(dir), "16m")
+	testenv.ResizeTmpfs(t, filepath.Dir(dir), "16m")
 	if err := <-appendErr; err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +133,7 @@ func TestLog_FullDiskStallsAndResumes(t *testing.T) {
 // Close ends a stall: the entries not written fail (they were never acked,
 // so the broker sends them again) and Close returns rather than hangs.
 func TestLog_CloseEndsStall(t *testing.T) {
-	dir := filepath.Join(mountTmpfs(t, "1m"), "wal")
+	dir := filepath.Join(testenv.Tmpfs(t, "1m"), "wal")
 	l, _ := mustOpen(t, dir, Options{Sync: SyncBatch, MaxBatch: 16, SegmentSize: 64 << 10})
 	var failed sync.WaitGroup
 	closed := make(chan error, 1)

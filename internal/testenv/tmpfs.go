@@ -1,0 +1,44 @@
+package testenv
+
+import (
+	"os"
+	"os/exec"
+	"runtime"
+	"testing"
+)
+
+// Tmpfs mounts a tmpfs of size (mount's syntax, e.g. "2m") on a new
+// temporary dir, for tests of a full disk, and unmounts it at cleanup. It
+// needs root on Linux: CI runs as root, so there the test always runs; a
+// developer without root gets a skip that says why.
+func Tmpfs(tb testing.TB, size string) string {
+	tb.Helper()
+	if runtime.GOOS != "linux" {
+		tb.Skipf("a tmpfs needs Linux, this is %s", runtime.GOOS)
+	}
+	if os.Geteuid() != 0 {
+		tb.Skip("mounting a tmpfs needs root (CI runs as root, so it runs there)")
+	}
+	if _, err := exec.LookPath("mount"); err != nil {
+		tb.Fatalf("running as root on Linux but no mount command: %v", err)
+	}
+	dir := tb.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size+",mode=0700", "tmpfs", dir).CombinedOutput(); err != nil {
+		tb.Fatalf("mount tmpfs on %s: %v: %s", dir, err, out)
+	}
+	// Registered after TempDir's, so it runs before the removal.
+	tb.Cleanup(func() {
+		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+			tb.Errorf("umount %s: %v: %s", dir, err, out)
+		}
+	})
+	return dir
+}
+
+// ResizeTmpfs changes the size of a tmpfs that Tmpfs mounted.
+func ResizeTmpfs(tb testing.TB, dir, size string) {
+	tb.Helper()
+	if out, err := exec.Command("mount", "-o", "remount,size="+size, dir).CombinedOutput(); err != nil {
+		tb.Fatalf("remount %s with size %s: %v: %s", dir, size, err, out)
+	}
+}
