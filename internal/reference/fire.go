@@ -5,6 +5,7 @@ import (
 	"math/big"
 	"sort"
 
+	"github.com/km0/edgeproc/geo"
 	"github.com/uber/h3-go/v4"
 )
 
@@ -134,30 +135,19 @@ func hasOpenSession(c *courierState) bool {
 	return false
 }
 
-// predecessor is the courier's accepted position with the largest ts below
-// p.ts in p's epoch, or nil when p is the first.
-func predecessor(c *courierState, p *position) *position {
-	var pred *position
-	for _, q := range c.distPositions {
-		if q.epoch == p.epoch && q.ts < p.ts && (pred == nil || q.ts > pred.ts) {
-			pred = q
-		}
-	}
-	return pred
-}
-
 func (pr *processor) emitDistance(c *courierState, w *window, emittedAt int64) {
 	ps := append([]*position(nil), w.positions...)
 	sort.Slice(ps, func(i, j int) bool { return ps[i].ts < ps[j].ts })
+	segs := pr.segments(c, ps[0].epoch)
 	// Summed in timestamp order, so float rounding is reproducible.
 	dist := 0.0
 	for _, p := range ps {
-		if pred := predecessor(c, p); pred != nil {
-			dist += segment(pred, p, pr.p)
-		}
+		dist += segs[p]
 	}
 	newest := ps[len(ps)-1]
-	pr.emit(map[string]any{
+	// With a filter on, stopped needs fixes over at least half the window.
+	sparse := (pr.p.MinMoveM > 0 || pr.p.MaxSpeedKmh > 0) && 2*(newest.ts-ps[0].ts) < pr.p.SizeMs
+	rec := map[string]any{
 		"type":            "distance",
 		"courier":         c.name,
 		"key":             fmt.Sprintf("distance|%s|%s|%d", pr.p.Market, c.name, w.start),
@@ -166,9 +156,41 @@ func (pr *processor) emitDistance(c *courierState, w *window, emittedAt int64) {
 		"window_end_ms":   saturate(w.end),
 		"distance_m":      dist,
 		"positions":       int64(len(ps)),
-		"stopped":         dist < pr.p.StoppedBelowM,
+		"stopped":         dist < pr.p.StoppedBelowM && !sparse,
 		"cell":            pr.cell(newest.lat, newest.lon),
-	})
+	}
+	if sparse {
+		rec["insufficient_evidence"] = true
+	}
+	pr.emit(rec)
+}
+
+// segments returns the segment of every position the distance operator has
+// accepted so far in the courier's epoch (decision 5): with MinMoveM 0 the
+// per-pair rule from its predecessor, else the anchor filter of geo.Filter
+// run over the whole epoch in timestamp order — what the engine computes
+// incrementally, with its replays of out-of-order fixes, is checked against
+// this from-scratch run.
+func (pr *processor) segments(c *courierState, epoch int) map[*position]float64 {
+	var chain []*position
+	for _, q := range c.distPositions {
+		if q.epoch == epoch {
+			chain = append(chain, q)
+		}
+	}
+	sort.Slice(chain, func(i, j int) bool { return chain[i].ts < chain[j].ts })
+	segs := make(map[*position]float64, len(chain))
+	f := geo.Filter{MinMoveM: pr.p.MinMoveM, MaxSpeedKmh: pr.p.MaxSpeedKmh}
+	var t geo.Track
+	for i, q := range chain {
+		switch {
+		case f.MinMoveM > 0:
+			segs[q] = f.Step(&t, geo.Fix{TS: q.ts, Lat: q.lat, Lon: q.lon, Acc: q.acc})
+		case i > 0:
+			segs[q] = segment(chain[i-1], q, pr.p)
+		}
+	}
+	return segs
 }
 
 func (pr *processor) emitNoSignal(c *courierState, s *session, endOfInput bool, emittedAt int64) {
