@@ -98,7 +98,7 @@ func (f Filter) Step(t *Track, x Fix) float64 {
 		return 0
 	}
 	if dAx <= rHere { // back within the radius: the pending fix was a spike
-		t.HasPending = false
+		t.PendTS, t.PendLat, t.PendLon, t.HasPending = 0, 0, 0, false // no stale copy in a checkpoint
 		t.near(x)
 		return 0
 	}

@@ -82,7 +82,7 @@ func (d *Distance) ReadState(s Spec, r *wire.Reader) error {
 			return fmt.Errorf("distance state: fixes out of order at %d", x.TS)
 		}
 		d.fixes = append(d.fixes, x)
-		p := d.paneOf(x.TS / s.pane)
+		p := d.paneOf(s.paneIdx(x.TS))
 		d.panes[p].n++
 	}
 	for p := range d.panes { // one per pane, in order, as the fixes rebuilt them

@@ -29,6 +29,9 @@ func NewSpec(size, slide int64) Spec {
 	return Spec{Size: size, Slide: slide, pane: tmath.GCD(size, slide)}
 }
 
+// paneIdx returns the index of the pane holding ts (pane start = idx*pane).
+func (s Spec) paneIdx(ts int64) int64 { return tmath.FloorDiv(ts, s.pane) }
+
 // LastEnd returns the end of the latest window holding ts.
 func (s Spec) LastEnd(ts int64) int64 {
 	return tmath.Add(tmath.FloorDiv(ts, s.Slide)*s.Slide, s.Size)
@@ -135,7 +138,7 @@ func (d *Distance) Insert(s Spec, f geo.Filter, x geo.Fix) {
 	d.fixes = d.fixes[:n+1]
 	copy(d.fixes[i+1:], d.fixes[i:n])
 	d.fixes[i] = x
-	p := d.paneOf(x.TS / s.pane)
+	p := d.paneOf(s.paneIdx(x.TS))
 	d.panes[p].n++
 	if i == n {
 		st := d.panes[p].end // the state after the fix before x
@@ -167,7 +170,7 @@ func (d *Distance) replay(s Spec, f geo.Filter, p int) {
 	}
 	q := p
 	for _, x := range d.fixes[d.search(d.panes[p].idx*s.pane):] {
-		for x.TS/s.pane != d.panes[q].idx {
+		for s.paneIdx(x.TS) != d.panes[q].idx {
 			d.panes[q].end = st
 			q++
 		}
