@@ -40,7 +40,7 @@ type Filter struct {
 	// MinMoveM: when > 0, the radius in metres of the anchor scheme (Step):
 	// movement that stays within max(MinMoveM, the fix's accuracy) of the
 	// anchor is GPS jitter, and an isolated fix out of it is a spike.
-	// Default 20.
+	// Default 15.
 	MinMoveM float64
 	// MaxSpeedKmh: when > 0, a segment implying a higher speed is an
 	// outlier jump and counts 0 m. Default 150.

@@ -20,25 +20,29 @@ type Track struct {
 	Near             int32
 	HasAnchor        bool
 	HasPending       bool
+	// Confirmed: a settled courier's pending fix has been confirmed once
+	// and needs one more fix out of the radius.
+	Confirmed bool
 }
 
 const (
 	// SettleFixes is how many fixes within the radius (the anchor's own
 	// included) make a courier settled: its anchor becomes their mean and
 	// its radius grows by SettledFactor. 8 fixes at 1 per 5 s is 40 s,
-	// longer than a walking courier (1.4 m/s) stays within 20 m of a
-	// point even round a corner, so a moving courier never settles.
+	// longer than a walking courier (1.4 m/s) stays within the default
+	// 15 m of a point even round a corner, so a moving courier never
+	// settles.
 	SettleFixes = 8
 	// SettledFactor widens a settled courier's radius: the mean of many
 	// fixes is a better anchor than one fix, and a stop is where noise
 	// would otherwise add distance.
-	SettledFactor = 1.5
+	SettledFactor = 2.0
 	// SpikeRatio: a pending fix is a spike when the detour through it
 	// (anchor → pending → next, against anchor → next) is more than the
 	// radius and more than this fraction of the path through it. A 90°
 	// corner is a detour of 0.29 of the path; an isolated bad fix off a
 	// slow path is nearly 1.
-	SpikeRatio = 0.5
+	SpikeRatio = 0.35
 	// maxSettle caps the fixes averaged into a settled anchor, which then
 	// stays put for the rest of the stop.
 	maxSettle = 60
@@ -98,7 +102,7 @@ func (f Filter) Step(t *Track, x Fix) float64 {
 		return 0
 	}
 	if dAx <= rHere { // back within the radius: the pending fix was a spike
-		t.PendTS, t.PendLat, t.PendLon, t.HasPending = 0, 0, 0, false // no stale copy in a checkpoint
+		t.PendTS, t.PendLat, t.PendLon, t.HasPending, t.Confirmed = 0, 0, 0, false, false // no stale copy in a checkpoint
 		t.near(x)
 		return 0
 	}
@@ -106,7 +110,13 @@ func (f Filter) Step(t *Track, x Fix) float64 {
 	dpx := Haversine(t.PendLat, t.PendLon, x.Lat, x.Lon)
 	if det := dAp + dpx - dAx; det > rHere && det > SpikeRatio*(dAp+dpx) {
 		// A detour through the pending fix: it was a spike; x waits instead.
-		t.PendTS, t.PendLat, t.PendLon = x.TS, x.Lat, x.Lon
+		t.PendTS, t.PendLat, t.PendLon, t.Confirmed = x.TS, x.Lat, x.Lon, false
+		return 0
+	}
+	if t.Settled() && !t.Confirmed {
+		// Leaving a stop takes two fixes beyond the pending one: two
+		// spikes in a row happen every few hours of parking, three do not.
+		t.Confirmed = true
 		return 0
 	}
 	seg := dAp

@@ -74,15 +74,19 @@ func TestFilter_StepSettles(t *testing.T) {
 	if lat, lon := tr.anchor(); dist(Fix{Lat: lat, Lon: lon}, at(0, 0, 0)) > 0.01 {
 		t.Fatalf("settled anchor %v,%v: want the fixes' mean, 41,2", lat, lon)
 	}
-	// 25 m: out of 20 m but within 1.5 x 20 m.
+	// 25 m: out of 20 m but within SettledFactor x 20 m.
 	for i := range 3 {
 		if got := f.Step(&tr, at(int64(100+5*i), 25, 0)); got != 0 || tr.HasPending {
 			t.Fatalf("25 m from a settled anchor: got %v m, pending %v; want 0, none", got, tr.HasPending)
 		}
 	}
 	// The anchor is now the mean of all 11 fixes: 75/11 m north.
+	// Leaving a stop takes the pending fix and two more out of the radius.
 	f.Step(&tr, at(200, 60, 0))
-	if got, want := f.Step(&tr, at(205, 65, 0)), 60-75.0/11; math.Abs(got-want) > 0.01 {
+	if got := f.Step(&tr, at(205, 65, 0)); got != 0 {
+		t.Fatalf("one fix after the pending one: got %v m, want 0", got)
+	}
+	if got, want := f.Step(&tr, at(210, 70, 0)), 60-75.0/11; math.Abs(got-want) > 0.01 {
 		t.Fatalf("leaving a settled anchor: got %v m, want %v", got, want)
 	}
 }

@@ -51,6 +51,7 @@ func appendTrack(b []byte, t *geo.Track) []byte {
 		b = wire.AppendInt(b, t.PendTS)
 		b = wire.AppendFloat(b, t.PendLat)
 		b = wire.AppendFloat(b, t.PendLon)
+		b = wire.AppendBool(b, t.Confirmed)
 	}
 	return b
 }
@@ -64,7 +65,7 @@ func readTrack(r *wire.Reader) geo.Track {
 	t.Near = int32(min(r.Uint(), 1<<30))
 	t.SumLat, t.SumLon = r.Float(), r.Float()
 	if t.HasPending = r.Bool(); t.HasPending {
-		t.PendTS, t.PendLat, t.PendLon = r.Int(), r.Float(), r.Float()
+		t.PendTS, t.PendLat, t.PendLon, t.Confirmed = r.Int(), r.Float(), r.Float(), r.Bool()
 	}
 	return t
 }
