@@ -1,5 +1,7 @@
 package geo
 
+import "math"
+
 // Track is the distance filter's state after a courier's fixes, fed in
 // timestamp order: an anchor (where the courier is taken to be) and at most
 // one pending fix that left the anchor's radius and waits for the next fix
@@ -87,12 +89,17 @@ func (f Filter) Step(t *Track, x Fix) float64 {
 		return seg
 	}
 	aLat, aLon := t.anchor()
+	// The decisions compare distances of metres to kilometres with a
+	// radius: the local flat-earth distance is within 0.1 % of haversine
+	// there and costs one cosine per fix instead of three haversines.
+	// Counted segments are haversine.
+	pl := newPlane(aLat)
 	r := max(f.MinMoveM, x.Acc)
 	rHere := r
 	if t.Settled() {
 		rHere *= SettledFactor
 	}
-	dAx := Haversine(aLat, aLon, x.Lat, x.Lon)
+	dAx := pl.dist(aLat, aLon, x.Lat, x.Lon)
 	if !t.HasPending {
 		if dAx <= rHere {
 			t.near(x)
@@ -106,8 +113,8 @@ func (f Filter) Step(t *Track, x Fix) float64 {
 		t.near(x)
 		return 0
 	}
-	dAp := Haversine(aLat, aLon, t.PendLat, t.PendLon)
-	dpx := Haversine(t.PendLat, t.PendLon, x.Lat, x.Lon)
+	dAp := pl.dist(aLat, aLon, t.PendLat, t.PendLon)
+	dpx := pl.dist(t.PendLat, t.PendLon, x.Lat, x.Lon)
 	if det := dAp + dpx - dAx; det > rHere && det > SpikeRatio*(dAp+dpx) {
 		// A detour through the pending fix: it was a spike; x waits instead.
 		t.PendTS, t.PendLat, t.PendLon, t.Confirmed = x.TS, x.Lat, x.Lon, false
@@ -119,8 +126,8 @@ func (f Filter) Step(t *Track, x Fix) float64 {
 		t.Confirmed = true
 		return 0
 	}
-	seg := dAp
-	if f.MaxSpeedKmh > 0 && dAp*3600 > f.MaxSpeedKmh*float64(t.PendTS-t.TS) {
+	seg := Haversine(aLat, aLon, t.PendLat, t.PendLon)
+	if f.MaxSpeedKmh > 0 && seg*3600 > f.MaxSpeedKmh*float64(t.PendTS-t.TS) {
 		seg = 0 // confirmed, but too fast to be travel: a jump
 	}
 	t.setAnchor(t.PendTS, t.PendLat, t.PendLon)
@@ -140,4 +147,26 @@ func (t *Track) near(x Fix) {
 	t.Near++
 	t.SumLat += x.Lat - t.Lat
 	t.SumLon += x.Lon - t.Lon
+}
+
+// plane measures short distances on the plane tangent at a latitude.
+type plane struct{ kLat, kLon float64 } // metres per degree
+
+func newPlane(lat float64) plane {
+	k := EarthRadiusM * rad
+	return plane{kLat: k, kLon: k * math.Cos(lat*rad)}
+}
+
+// dist returns the flat-earth distance in metres between two points in
+// degrees, the longitude difference taken across the antimeridian when
+// shorter.
+func (p plane) dist(lat1, lon1, lat2, lon2 float64) float64 {
+	dLon := lon2 - lon1
+	if dLon > 180 {
+		dLon -= 360
+	} else if dLon < -180 {
+		dLon += 360
+	}
+	dy, dx := (lat2-lat1)*p.kLat, dLon*p.kLon
+	return math.Sqrt(dx*dx + dy*dy)
 }
