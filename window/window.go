@@ -140,13 +140,12 @@ func (d *Distance) Insert(s Spec, f geo.Filter, x geo.Fix) {
 	d.fixes[i] = x
 	p := d.paneOf(s.paneIdx(x.TS))
 	d.panes[p].n++
-	if i == n {
-		st := d.panes[p].end // the state after the fix before x
-		if d.panes[p].n == 1 {
-			st = d.stateBefore(p)
+	if i == n { // in order: one step from the state after the fix before x
+		pn := &d.panes[p]
+		if pn.n == 1 {
+			pn.end = d.stateBefore(p)
 		}
-		d.panes[p].sum += f.Step(&st, x)
-		d.panes[p].end = st
+		pn.sum += f.Step(&pn.end, x)
 		return
 	}
 	d.replay(s, f, p)
