@@ -16,11 +16,11 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/engine"
+	"github.com/km0/edgeproc/fleet"
 	"github.com/km0/edgeproc/geo"
 	"github.com/km0/edgeproc/gpsnoise"
 	"github.com/km0/edgeproc/result"
@@ -72,15 +72,7 @@ func windowsArriving(cfg engine.Config, fixes []geo.Fix, arrival []int64) map[in
 	})
 	var b []byte
 	for i, x := range fixes {
-		b = append(b[:0], `{"courier":"c","lat":`...)
-		b = strconv.AppendFloat(b, x.Lat, 'g', -1, 64)
-		b = append(b, `,"lon":`...)
-		b = strconv.AppendFloat(b, x.Lon, 'g', -1, 64)
-		b = append(b, `,"timestamp_ms":`...)
-		b = strconv.AppendInt(b, x.TS, 10)
-		b = append(b, `,"accuracy_m":`...)
-		b = strconv.AppendFloat(b, x.Acc, 'g', -1, 64)
-		b = append(b, '}')
+		b = fleet.AppendJSON(b[:0], fleet.Event{Courier: "c", Lat: x.Lat, Lon: x.Lon, TS: x.TS, Accuracy: x.Acc}, false)
 		at := x.TS
 		if arrival != nil {
 			at = arrival[i]
