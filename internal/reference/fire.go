@@ -3,6 +3,7 @@ package reference
 import (
 	"fmt"
 	"math/big"
+	"slices"
 	"sort"
 
 	"github.com/km0/edgeproc/geo"
@@ -135,14 +136,33 @@ func hasOpenSession(c *courierState) bool {
 	return false
 }
 
+// predecessor is the courier's accepted position with the largest ts below
+// p.ts in p's epoch, or nil when p is the first.
+func predecessor(c *courierState, p *position) *position {
+	var pred *position
+	for _, q := range c.distPositions {
+		if q.epoch == p.epoch && q.ts < p.ts && (pred == nil || q.ts > pred.ts) {
+			pred = q
+		}
+	}
+	return pred
+}
+
 func (pr *processor) emitDistance(c *courierState, w *window, emittedAt int64) {
 	ps := append([]*position(nil), w.positions...)
 	sort.Slice(ps, func(i, j int) bool { return ps[i].ts < ps[j].ts })
-	segs := pr.segments(c, ps[0].epoch)
+	var filtered map[*position]float64
+	if pr.p.MinMoveM > 0 {
+		filtered = pr.filtered(c, ps[len(ps)-1])
+	}
 	// Summed in timestamp order, so float rounding is reproducible.
 	dist := 0.0
 	for _, p := range ps {
-		dist += segs[p]
+		if filtered != nil {
+			dist += filtered[p]
+		} else if pred := predecessor(c, p); pred != nil {
+			dist += segment(pred, p, pr.p)
+		}
 	}
 	newest := ps[len(ps)-1]
 	// With a filter on, stopped needs fixes over at least half the window.
@@ -165,30 +185,23 @@ func (pr *processor) emitDistance(c *courierState, w *window, emittedAt int64) {
 	pr.emit(rec)
 }
 
-// segments returns the segment of every position the distance operator has
-// accepted so far in the courier's epoch (decision 5): with MinMoveM 0 the
-// per-pair rule from its predecessor, else the anchor filter of geo.Filter
-// run over the whole epoch in timestamp order — what the engine computes
-// incrementally, with its replays of out-of-order fixes, is checked against
-// this from-scratch run.
-func (pr *processor) segments(c *courierState, epoch int) map[*position]float64 {
+// filtered returns, with MinMoveM > 0, the segment of every position of
+// the courier's LAG chain up to last (decision 5): the anchor filter of
+// geo.Filter run over the whole chain in timestamp order from its first
+// position. What the engine computes incrementally, with its replays of
+// out-of-order fixes, is checked against this from-scratch run; a segment
+// depends only on the positions before it.
+func (pr *processor) filtered(c *courierState, last *position) map[*position]float64 {
 	var chain []*position
-	for _, q := range c.distPositions {
-		if q.epoch == epoch {
-			chain = append(chain, q)
-		}
+	for q := last; q != nil; q = predecessor(c, q) {
+		chain = append(chain, q)
 	}
-	sort.Slice(chain, func(i, j int) bool { return chain[i].ts < chain[j].ts })
+	slices.Reverse(chain)
 	segs := make(map[*position]float64, len(chain))
 	f := geo.Filter{MinMoveM: pr.p.MinMoveM, MaxSpeedKmh: pr.p.MaxSpeedKmh}
 	var t geo.Track
-	for i, q := range chain {
-		switch {
-		case f.MinMoveM > 0:
-			segs[q] = f.Step(&t, geo.Fix{TS: q.ts, Lat: q.lat, Lon: q.lon, Acc: q.acc})
-		case i > 0:
-			segs[q] = segment(chain[i-1], q, pr.p)
-		}
+	for _, q := range chain {
+		segs[q] = f.Step(&t, geo.Fix{TS: q.ts, Lat: q.lat, Lon: q.lon, Acc: q.acc})
 	}
 	return segs
 }

@@ -19,7 +19,7 @@ func haversine(lat1, lon1, lat2, lon2 float64) float64 {
 }
 
 // segment is the distance cur carries from its predecessor with MinMoveM 0
-// (decision 5): an implied speed above MaxSpeedKmh is an outlier jump and
+// (decision 5; with MinMoveM > 0 see filtered): an implied speed above MaxSpeedKmh is an outlier jump and
 // counts 0; with MaxSpeedKmh 0 too it is plain haversine (contract §3).
 func segment(pred, cur *position, p Params) float64 {
 	d := haversine(pred.lat, pred.lon, cur.lat, cur.lon)
