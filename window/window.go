@@ -6,8 +6,8 @@
 // slices sliding windows: a position updates one pane, and a window is the
 // sum of its panes when it fires, so the work per position does not grow
 // with Size/Slide. The fixes themselves are kept only while they can still
-// change an unfired window — an out-of-order fix changes the LAG segment of
-// its successor — plus the one predecessor the oldest of them needs.
+// change an unfired window — an out-of-order fix changes the distance
+// filter's path after it — plus the filter's state after the fixes dropped.
 package window
 
 import (
