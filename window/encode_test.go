@@ -16,7 +16,7 @@ func TestDistance_StateRoundTrip(t *testing.T) {
 	for seed := uint64(0); seed < 20; seed++ {
 		r := rand.New(rand.NewPCG(seed, 2))
 		s := NewSpec(5*minute, minute)
-		f := geo.Filter{MinMoveM: 20, MaxSpeedKmh: 150}
+		f := geo.Filter{MinMoveM: 15, MaxSpeedKmh: 150}
 		if seed%4 == 0 {
 			f = geo.Filter{}
 		}
@@ -71,7 +71,7 @@ func BenchmarkInsert(b *testing.B) {
 				fixes[i] = fixAt(ts[i], float64(ts[i])/5_000*7+6*r.NormFloat64())
 			}
 			s := NewSpec(5*minute, minute)
-			f := geo.Filter{MinMoveM: 20, MaxSpeedKmh: 150}
+			f := geo.Filter{MinMoveM: 15, MaxSpeedKmh: 150}
 			b.ReportAllocs()
 			k := 0
 			var d Distance
