@@ -27,3 +27,4 @@ fuzz ./config FuzzParse
 fuzz ./engine FuzzRestore
 fuzz ./wal FuzzDecodeFrame
 fuzz ./wal FuzzFrameRoundTrip
+fuzz ./gpsnoise FuzzReadGPX
