@@ -3,7 +3,6 @@ package reference
 import (
 	"fmt"
 	"math/big"
-	"slices"
 	"sort"
 
 	"github.com/km0/edgeproc/geo"
@@ -192,11 +191,7 @@ func (pr *processor) emitDistance(c *courierState, w *window, emittedAt int64) {
 // out-of-order fixes, is checked against this from-scratch run; a segment
 // depends only on the positions before it.
 func (pr *processor) filtered(c *courierState, last *position) map[*position]float64 {
-	var chain []*position
-	for q := last; q != nil; q = predecessor(c, q) {
-		chain = append(chain, q)
-	}
-	slices.Reverse(chain)
+	chain := lagChain(c, last)
 	segs := make(map[*position]float64, len(chain))
 	f := geo.Filter{MinMoveM: pr.p.MinMoveM, MaxSpeedKmh: pr.p.MaxSpeedKmh}
 	var t geo.Track
