@@ -180,8 +180,10 @@ func (w Windows) Millis() WindowsMs {
 // Distance holds the GPS jitter filter and the stopped threshold (yaml key
 // distance), in metres and km/h; see contract §5. 0 turns a filter off.
 type Distance struct {
-	// MinMoveM: a move shorter than this many metres (or than the reported
-	// accuracy) is jitter (yaml min_move_m). Default 10; finite, >= 0.
+	// MinMoveM: the radius in metres within which movement from the
+	// courier's anchor (or within the fix's reported accuracy) is jitter,
+	// and an isolated fix out of it a spike (yaml min_move_m; rules in
+	// docs/semantics.md). Default 15; finite, >= 0; 0 turns it off.
 	MinMoveM float64
 	// MaxSpeedKmh: a segment implying a higher speed is an outlier jump
 	// (yaml max_speed_kmh). Default 150; finite, >= 0.
@@ -289,7 +291,7 @@ func Default() Config {
 			MaxFutureSkew:   time.Minute,
 			RestoreTTL:      24 * time.Hour,
 		},
-		Distance: Distance{MinMoveM: 10, MaxSpeedKmh: 150, StoppedBelowM: 50},
+		Distance: Distance{MinMoveM: 15, MaxSpeedKmh: 150, StoppedBelowM: 50},
 		Geo:      Geo{H3Resolution: 9},
 		State:    State{CheckpointInterval: 10 * time.Second, WALSync: "batch", WALBatchInterval: 2 * time.Millisecond, WALBatchMax: 1024},
 		HTTP:     HTTP{Listen: "127.0.0.1:9464", Board: true},

@@ -50,7 +50,7 @@ func contractGirona() Config {
 			MaxFutureSkew:   time.Minute,
 			RestoreTTL:      24 * time.Hour,
 		},
-		Distance: Distance{MinMoveM: 10, MaxSpeedKmh: 150, StoppedBelowM: 50},
+		Distance: Distance{MinMoveM: 15, MaxSpeedKmh: 150, StoppedBelowM: 50},
 		Geo:      Geo{H3Resolution: 9},
 		State:    State{Dir: "./state/girona", CheckpointInterval: 10 * time.Second, WALSync: "batch", WALBatchInterval: 2 * time.Millisecond, WALBatchMax: 1024},
 		HTTP:     HTTP{Listen: "127.0.0.1:9464", Board: true},

@@ -36,7 +36,7 @@
 //	  max_future_skew: 1m           # >= 0; timestamps further ahead are rejected
 //	  restore_ttl: 24h              # >= max(size, gap); a courier silent this long (event time) is forgotten
 //	distance:                       # contract §5; each finite and >= 0, 0 = filter off
-//	  min_move_m: 10                # shorter moves (or below reported accuracy) are jitter
+//	  min_move_m: 15                # anchor radius: movement within it (or the accuracy) is jitter
 //	  max_speed_kmh: 150            # faster segments are outlier jumps
 //	  stopped_below_m: 50           # a window with less distance is "stopped"
 //	geo:

@@ -15,7 +15,7 @@ func benchConfig(shards int) Config {
 	return Config{
 		Market: "girona", Size: 300_000, Slide: 60_000, Gap: 180_000, ToleratedDelay: 45_000,
 		IdleTimeout: 30_000, MaxFutureSkew: 60_000, RestoreTTL: 24 * 3600_000,
-		Filter: geo.Filter{MinMoveM: 10, MaxSpeedKmh: 150}, StoppedBelowM: 50, H3Resolution: 9,
+		Filter: geo.Filter{MinMoveM: 15, MaxSpeedKmh: 150}, StoppedBelowM: 50, H3Resolution: 9,
 		Shards: shards,
 	}
 }

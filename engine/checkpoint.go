@@ -14,7 +14,7 @@ import (
 
 // SnapshotVersion is the format version of Checkpoint's snapshots. A
 // snapshot of another version is refused, never misread.
-const SnapshotVersion = 1
+const SnapshotVersion = 2
 
 var snapshotMagic = []byte("EDGEPROC-STATE\n")
 

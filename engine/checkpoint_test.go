@@ -123,6 +123,7 @@ func TestRestore_RefusesForeignSnapshots(t *testing.T) {
 	}{
 		{"newer format version", cfg, future, ErrSnapshotVersion},
 		{"another gap", other, snap, ErrSnapshotConfig},
+		{"another distance filter", func() Config { c := cfg; c.Filter.MinMoveM++; return c }(), snap, ErrSnapshotConfig},
 		{"another market", func() Config { c := cfg; c.Market = "valencia"; return c }(), snap, ErrSnapshotConfig},
 		{"not a snapshot", cfg, []byte("{}"), ErrSnapshotCorrupt},
 		{"truncated", cfg, snap[:len(snap)*2/3], ErrSnapshotCorrupt},

@@ -229,11 +229,13 @@ func (s *shard) fire(c *courier, wm int64) {
 
 func (s *shard) windowFired(w window.Window) {
 	st := s.c.stepAt(w.End)
+	sparse := s.p.filter.On() && w.Sparse() // only the filter makes a claim of evidence
 	s.emit(result.Record{
 		Type: result.Distance, Courier: s.firing.name, EmittedAt: st.clock,
 		Order: result.Order{Seq: st.seq, Phase: 1, At: w.End},
 		Start: w.Start, End: w.End, DistanceM: w.DistanceM, Positions: w.Positions,
-		Stopped: w.DistanceM < s.p.stopped, Cell: s.firing.cellOf(w.Last.Lat, w.Last.Lon, s.p.res),
+		Stopped: w.DistanceM < s.p.stopped && !sparse, InsufficientEvidence: sparse,
+		Cell: s.firing.cellOf(w.Last.Lat, w.Last.Lon, s.p.res),
 	})
 }
 

@@ -32,41 +32,32 @@ type Fix struct {
 	Acc      float64 // reported accuracy in metres; 0 when unknown
 }
 
-// Filter decides how much of the distance between two consecutive fixes is
-// real movement. The rules depend on the two fixes only, never on older
-// history, so a segment is a pure function of its endpoints and an
-// out-of-order fix can be inserted by recomputing two segments (the SQL
-// "LAG, then sum" definition of contract §3 stays exact).
-//
-// With both fields 0 the filter is off and a segment is plain haversine.
+// Filter turns a courier's fixes, in timestamp order, into distance
+// (contract §5, rules in docs/semantics.md). Its state is a Track, fed one
+// fix at a time by Step; with both fields 0 the filter is off and each fix
+// adds plain haversine from the previous one (contract §3).
 type Filter struct {
-	// MinMoveM: when > 0, a segment shorter than max(MinMoveM, accuracy of
-	// either fix) is GPS jitter and counts 0 m. Default 10.
+	// MinMoveM: when > 0, the radius in metres of the anchor scheme (Step):
+	// movement that stays within max(MinMoveM, the fix's accuracy) of the
+	// anchor is GPS jitter, and an isolated fix out of it is a spike.
+	// Default 15.
 	MinMoveM float64
-	// MaxSpeedKmh: when > 0, a segment implying a higher speed is an outlier
-	// jump and counts 0 m. Default 150.
+	// MaxSpeedKmh: when > 0, a segment implying a higher speed is an
+	// outlier jump and counts 0 m. Default 150.
 	MaxSpeedKmh float64
 }
 
+// On reports whether any filter is on.
+func (f Filter) On() bool { return f.MinMoveM > 0 || f.MaxSpeedKmh > 0 }
+
 // Segment returns the metres that cur adds after its predecessor pred
-// (pred.TS < cur.TS).
+// (pred.TS < cur.TS) by the per-pair rule Step uses with MinMoveM 0:
+// haversine, or 0 when it implies more than MaxSpeedKmh.
 func (f Filter) Segment(pred, cur Fix) float64 {
 	d := Haversine(pred.Lat, pred.Lon, cur.Lat, cur.Lon)
 	if f.MaxSpeedKmh > 0 {
 		dt := float64(cur.TS - pred.TS)
 		if dt <= 0 || d*3600/dt > f.MaxSpeedKmh {
-			return 0
-		}
-	}
-	if f.MinMoveM > 0 {
-		th := f.MinMoveM
-		if a := pred.Acc; a > th {
-			th = a
-		}
-		if a := cur.Acc; a > th {
-			th = a
-		}
-		if d < th {
 			return 0
 		}
 	}

@@ -33,11 +33,7 @@ func TestFilter_Segment(t *testing.T) {
 		want float64
 	}{
 		{"off", Filter{}, a, b, d},
-		{"below min move", Filter{MinMoveM: 120}, a, b, 0},
-		{"above min move", Filter{MinMoveM: 100}, a, b, d},
-		{"below accuracy of cur", Filter{MinMoveM: 1}, a, Fix{TS: b.TS, Lat: b.Lat, Lon: b.Lon, Acc: 150}, 0},
-		{"below accuracy of pred", Filter{MinMoveM: 1}, Fix{Lat: a.Lat, Lon: a.Lon, Acc: 150}, b, 0},
-		{"accuracy ignored when min move off", Filter{}, a, Fix{TS: b.TS, Lat: b.Lat, Lon: b.Lon, Acc: 150}, d},
+		{"accuracy ignored", Filter{}, a, Fix{TS: b.TS, Lat: b.Lat, Lon: b.Lon, Acc: 150}, d},
 		{"too fast", Filter{MaxSpeedKmh: 39}, a, b, 0},
 		{"fast enough", Filter{MaxSpeedKmh: 41}, a, b, d},
 	}

@@ -260,7 +260,7 @@ func TestReplay_MatchesReference_Fleet(t *testing.T) {
 		c := engine.Config{
 			Market: "girona", Size: 300_000, Slide: 60_000, Gap: 180_000, ToleratedDelay: 45_000,
 			IdleTimeout: 30_000, MaxFutureSkew: 60_000, RestoreTTL: 24 * 3600_000,
-			Filter: geo.Filter{MinMoveM: 10, MaxSpeedKmh: 150}, StoppedBelowM: 50, H3Resolution: 9, Shards: 2,
+			Filter: geo.Filter{MinMoveM: 15, MaxSpeedKmh: 150}, StoppedBelowM: 50, H3Resolution: 9, Shards: 2,
 		}
 		compare(t, fmt.Sprintf("fleet seed %d", seed), c, in)
 	}

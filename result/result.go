@@ -70,9 +70,13 @@ type Record struct {
 	DistanceM  float64
 	Positions  int
 	Stopped    bool
-	Lat, Lon   float64 // NoSignal: the session's latest position
-	Cell       h3.Cell // Distance, NoSignal
-	EndOfInput bool    // NoSignal
+	// Distance, with the distance filter on: the window's fixes span less
+	// than half of it, too little to claim stopped (Stopped is then
+	// false). JSON "insufficient_evidence", present only when true.
+	InsufficientEvidence bool
+	Lat, Lon             float64 // NoSignal: the session's latest position
+	Cell                 h3.Cell // Distance, NoSignal
+	EndOfInput           bool    // NoSignal
 
 	SilentFrom, RestoredAt int64 // SignalRestored
 
@@ -172,6 +176,9 @@ func (r *Record) AppendJSON(dst []byte) []byte {
 		dst = appendInt(dst, "positions", int64(r.Positions))
 		dst = append(dst, `,"stopped":`...)
 		dst = strconv.AppendBool(dst, r.Stopped)
+		if r.InsufficientEvidence {
+			dst = append(dst, `,"insufficient_evidence":true`...)
+		}
 		dst = appendCell(dst, r.Cell)
 	case NoSignal:
 		dst = appendInt(dst, "session_start_ms", r.Start)

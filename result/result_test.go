@@ -16,6 +16,9 @@ func TestRecord_KeysAndJSON(t *testing.T) {
 		{Record{Type: Distance, Market: "girona", Courier: "van-3", Start: 60000, End: 360000, DistanceM: 12.5, Positions: 3, Stopped: true, Cell: 0x89394460cafffff, EmittedAt: 7},
 			"distance|girona|van-3|60000",
 			map[string]any{"window_start_ms": 60000.0, "window_end_ms": 360000.0, "distance_m": 12.5, "positions": 3.0, "stopped": true, "cell": "89394460cafffff", "emitted_at_ms": 7.0}},
+		{Record{Type: Distance, Market: "girona", Courier: "van-3", Start: 60000, End: 360000, DistanceM: 0, Positions: 1, InsufficientEvidence: true, Cell: 0x89394460cafffff},
+			"distance|girona|van-3|60000",
+			map[string]any{"distance_m": 0.0, "positions": 1.0, "stopped": false, "insufficient_evidence": true}},
 		{Record{Type: NoSignal, Market: "girona", Courier: "van-3", Start: 10, End: 20, Lat: 41.5, Lon: 2.25, EndOfInput: true},
 			"no_signal|girona|van-3|10",
 			map[string]any{"session_start_ms": 10.0, "last_seen_ms": 20.0, "last_lat": 41.5, "last_lon": 2.25, "end_of_input": true}},
@@ -48,6 +51,9 @@ func TestRecord_KeysAndJSON(t *testing.T) {
 			}
 			if _, ok := m["end_of_input"]; ok && !c.r.EndOfInput {
 				t.Errorf("end_of_input present though false")
+			}
+			if _, ok := m["insufficient_evidence"]; ok && !c.r.InsufficientEvidence {
+				t.Errorf("insufficient_evidence present though false")
 			}
 		})
 	}

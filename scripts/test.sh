@@ -57,6 +57,7 @@ go test -race -count=1 -timeout 20m ./...
 
 # Fuzz targets, briefly (go test -fuzz takes one target and one package at a time).
 fuzz() { go test -run '^$' -fuzz "^$2\$" -fuzztime "${FUZZTIME:-10s}" "$1"; }
+fuzz ./gpsnoise FuzzReadGPX
 fuzz ./position FuzzDecode
 fuzz ./position FuzzDecodeFields
 fuzz ./replay FuzzReplay

@@ -7,21 +7,19 @@ import (
 	"github.com/km0/edgeproc/internal/wire"
 )
 
-// AppendState appends d's state for a checkpoint. Pane sums are stored as
-// they are, bit for bit: recomputing them in another order could change the
-// last digits of a window's distance after a restore.
+// AppendState appends d's state for a checkpoint: the fixes, the filter's
+// state after the dropped fixes and after each pane, and the pane sums, all
+// bit for bit, so a restored courier goes on exactly as it would have.
 func (d *Distance) AppendState(b []byte) []byte {
 	b = wire.AppendInt(b, d.fired)
-	b = wire.AppendBool(b, d.hasPred)
-	if d.hasPred {
-		b = appendFix(b, d.pred)
-	}
+	b = appendTrack(b, &d.base)
 	b = wire.AppendUint(b, uint64(len(d.fixes)))
 	for _, x := range d.fixes {
 		b = appendFix(b, x)
 	}
-	for _, p := range d.panes {
-		b = wire.AppendFloat(b, p.sum)
+	for i := range d.panes {
+		b = wire.AppendFloat(b, d.panes[i].sum)
+		b = appendTrack(b, &d.panes[i].end)
 	}
 	return b
 }
@@ -37,27 +35,60 @@ func readFix(r *wire.Reader) geo.Fix {
 	return geo.Fix{TS: r.Int(), Lat: r.Float(), Lon: r.Float(), Acc: r.Float()}
 }
 
+func appendTrack(b []byte, t *geo.Track) []byte {
+	b = wire.AppendBool(b, t.HasAnchor)
+	if !t.HasAnchor {
+		return b
+	}
+	b = wire.AppendInt(b, t.TS)
+	b = wire.AppendFloat(b, t.Lat)
+	b = wire.AppendFloat(b, t.Lon)
+	b = wire.AppendUint(b, uint64(t.Near))
+	b = wire.AppendFloat(b, t.SumLat)
+	b = wire.AppendFloat(b, t.SumLon)
+	b = wire.AppendBool(b, t.HasPending)
+	if t.HasPending {
+		b = wire.AppendInt(b, t.PendTS)
+		b = wire.AppendFloat(b, t.PendLat)
+		b = wire.AppendFloat(b, t.PendLon)
+		b = wire.AppendBool(b, t.Confirmed)
+	}
+	return b
+}
+
+func readTrack(r *wire.Reader) geo.Track {
+	var t geo.Track
+	if t.HasAnchor = r.Bool(); !t.HasAnchor {
+		return t
+	}
+	t.TS, t.Lat, t.Lon = r.Int(), r.Float(), r.Float()
+	t.Near = int32(min(r.Uint(), 1<<30))
+	t.SumLat, t.SumLon = r.Float(), r.Float()
+	if t.HasPending = r.Bool(); t.HasPending {
+		t.PendTS, t.PendLat, t.PendLon, t.Confirmed = r.Int(), r.Float(), r.Float(), r.Bool()
+	}
+	return t
+}
+
 // ReadState restores d from what AppendState wrote.
 func (d *Distance) ReadState(s Spec, r *wire.Reader) error {
-	*d = Distance{fired: r.Int()}
-	if d.hasPred = r.Bool(); d.hasPred {
-		d.pred = readFix(r)
-	}
+	*d = Distance{fired: r.Int(), base: readTrack(r)}
 	n := r.Count(25)
 	if n > 0 {
 		d.fixes = make([]geo.Fix, 0, n+max(4, n/8))
 	}
 	for i := 0; i < n && r.Err() == nil; i++ {
 		x := readFix(r)
-		if len(d.fixes) > 0 && x.TS <= d.fixes[len(d.fixes)-1].TS || d.hasPred && x.TS <= d.pred.TS {
+		if len(d.fixes) > 0 && x.TS <= d.fixes[len(d.fixes)-1].TS {
 			return fmt.Errorf("distance state: fixes out of order at %d", x.TS)
 		}
 		d.fixes = append(d.fixes, x)
-		p := d.paneOf(x.TS / s.pane)
+		p := d.paneOf(s.paneIdx(x.TS))
 		d.panes[p].n++
 	}
 	for p := range d.panes { // one per pane, in order, as the fixes rebuilt them
 		d.panes[p].sum = r.Float()
+		d.panes[p].end = readTrack(r)
 	}
 	if err := r.Err(); err != nil {
 		return fmt.Errorf("distance state: %w", err)

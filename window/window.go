@@ -6,8 +6,8 @@
 // slices sliding windows: a position updates one pane, and a window is the
 // sum of its panes when it fires, so the work per position does not grow
 // with Size/Slide. The fixes themselves are kept only while they can still
-// change an unfired window — an out-of-order fix changes the LAG segment of
-// its successor — plus the one predecessor the oldest of them needs.
+// change an unfired window — an out-of-order fix changes the distance
+// filter's path after it — plus the filter's state after the fixes dropped.
 package window
 
 import (
@@ -28,6 +28,9 @@ type Spec struct {
 func NewSpec(size, slide int64) Spec {
 	return Spec{Size: size, Slide: slide, pane: tmath.GCD(size, slide)}
 }
+
+// paneIdx returns the index of the pane holding ts (pane start = idx*pane).
+func (s Spec) paneIdx(ts int64) int64 { return tmath.FloorDiv(ts, s.pane) }
 
 // LastEnd returns the end of the latest window holding ts.
 func (s Spec) LastEnd(ts int64) int64 {
@@ -73,23 +76,36 @@ type Window struct {
 	Start, End int64
 	DistanceM  float64
 	Positions  int
+	First      int64   // the timestamp of the window's earliest fix
 	Last       geo.Fix // the window's fix with the largest timestamp
 }
+
+// Sparse reports whether the window's fixes span less than half of it: too
+// little evidence to say the courier stood still (a single fix, or fixes
+// at one end of the window).
+func (w Window) Sparse() bool { return 2*(w.Last.TS-w.First) < w.End-w.Start }
 
 type pane struct {
 	idx int64   // pane start = idx * Spec.pane
 	sum float64 // segments of the pane's fixes
 	n   int32
+	end geo.Track // the filter's state after the pane's last fix
 }
 
 // Distance is one courier's distance state. Its zero value is not ready:
 // call Start first.
+//
+// The filter (geo.Filter.Step) is stateful: a fix's segment depends on the
+// fixes before it. Each pane keeps the filter's state after its last fix,
+// and base is the state after the fixes already dropped, so an in-order fix
+// costs one step from the newest pane's state, and an out-of-order fix
+// replays the filter from its pane's predecessor onwards: every pane it can
+// change holds a fix of an unfired window (see evict).
 type Distance struct {
-	fixes   []geo.Fix // by timestamp; fixes that can still change an unfired window
-	pred    geo.Fix   // newest fix dropped from fixes: the LAG predecessor of fixes[0]
-	hasPred bool
-	panes   []pane // by idx; one per pane holding a retained fix
-	fired   int64  // every window ending at or before fired has been handled
+	fixes []geo.Fix // by timestamp; fixes that can still change an unfired window
+	base  geo.Track // the filter's state after the fixes dropped from fixes
+	panes []pane    // by idx; one per pane holding a retained fix
+	fired int64     // every window ending at or before fired has been handled
 }
 
 // Start readies d for a courier first seen at watermark wm: windows that
@@ -130,12 +146,6 @@ func (d *Distance) Idle() bool { return len(d.panes) == 0 }
 func (d *Distance) Insert(s Spec, f geo.Filter, x geo.Fix) {
 	i := d.search(x.TS)
 	n := len(d.fixes)
-	var seg float64
-	if i > 0 {
-		seg = f.Segment(d.fixes[i-1], x)
-	} else if d.hasPred {
-		seg = f.Segment(d.pred, x)
-	}
 	if n == cap(d.fixes) {
 		// Double while small, then grow by an eighth: this slice is most of
 		// a courier's retained memory, and its length is steady once the
@@ -151,24 +161,44 @@ func (d *Distance) Insert(s Spec, f geo.Filter, x geo.Fix) {
 	d.fixes = d.fixes[:n+1]
 	copy(d.fixes[i+1:], d.fixes[i:n])
 	d.fixes[i] = x
-
-	p := d.paneOf(x.TS / s.pane)
+	p := d.paneOf(s.paneIdx(x.TS))
 	d.panes[p].n++
-	d.panes[p].sum += seg
-	if i == n {
+	if i == n { // in order: one step from the state after the fix before x
+		pn := &d.panes[p]
+		if pn.n == 1 {
+			pn.end = d.stateBefore(p)
+		}
+		pn.sum += f.Step(&pn.end, x)
 		return
 	}
-	// Out of order: x also replaces its predecessor as its successor's
-	// predecessor, which changes the successor's segment.
-	succ := d.fixes[i+1]
-	var old float64
-	if i > 0 {
-		old = f.Segment(d.fixes[i-1], succ)
-	} else if d.hasPred {
-		old = f.Segment(d.pred, succ)
+	d.replay(s, f, p)
+}
+
+// stateBefore returns the filter's state before the first fix of pane p.
+func (d *Distance) stateBefore(p int) geo.Track {
+	if p == 0 {
+		return d.base
 	}
-	q := d.paneOf(succ.TS / s.pane)
-	d.panes[q].sum += f.Segment(x, succ) - old
+	return d.panes[p-1].end
+}
+
+// replay recomputes the segments of every fix from pane p on, in timestamp
+// order, as an in-order arrival would have: the sums come out bit for bit
+// the same whatever order the fixes arrived in.
+func (d *Distance) replay(s Spec, f geo.Filter, p int) {
+	st := d.stateBefore(p)
+	for q := p; q < len(d.panes); q++ {
+		d.panes[q].sum = 0
+	}
+	q := p
+	for _, x := range d.fixes[d.search(d.panes[p].idx*s.pane):] {
+		for s.paneIdx(x.TS) != d.panes[q].idx {
+			d.panes[q].end = st
+			q++
+		}
+		d.panes[q].sum += f.Step(&st, x)
+	}
+	d.panes[q].end = st
 }
 
 // paneOf returns the index in d.panes of pane idx, adding it if needed.
@@ -238,6 +268,7 @@ func (d *Distance) fire(s Spec, wm int64, fire func(Window)) {
 			w.DistanceM += d.panes[j].sum
 			w.Positions += int(d.panes[j].n)
 		}
+		w.First = d.fixes[d.search(start)].TS
 		w.Last = d.fixes[d.search(e)-1]
 		fire(w)
 		if e > tmath.Forever-s.Slide {
@@ -248,7 +279,7 @@ func (d *Distance) fire(s Spec, wm int64, fire func(Window)) {
 }
 
 // evict drops the fixes before lb (they can no longer be accepted, and every
-// window holding them has fired), keeping the newest as the predecessor.
+// window holding them has fired), keeping the filter's state after them.
 // lb is a multiple of the pane length, so panes are dropped whole.
 func (d *Distance) evict(s Spec, lb int64) {
 	k := 0
@@ -258,16 +289,16 @@ func (d *Distance) evict(s Spec, lb int64) {
 	if k == 0 {
 		return
 	}
-	d.pred, d.hasPred = d.fixes[k-1], true
-	if k == len(d.fixes) {
-		// An idle courier keeps only its predecessor.
-		d.fixes, d.panes = nil, nil
-		return
-	}
-	d.fixes = d.fixes[:copy(d.fixes, d.fixes[k:])]
 	j := 0
 	for j < len(d.panes) && d.panes[j].idx*s.pane < lb {
 		j++
 	}
+	d.base = d.panes[j-1].end
+	if k == len(d.fixes) {
+		// An idle courier keeps only the filter's state.
+		d.fixes, d.panes = nil, nil
+		return
+	}
+	d.fixes = d.fixes[:copy(d.fixes, d.fixes[k:])]
 	d.panes = d.panes[:copy(d.panes, d.panes[j:])]
 }

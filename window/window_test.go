@@ -179,6 +179,12 @@ func TestDistance_MatchesNaive(t *testing.T) {
 		if r.IntN(2) == 0 {
 			f = geo.Filter{MinMoveM: 20, MaxSpeedKmh: 100}
 		}
+		// Fixes within ~50 m of each other exercise the filter's anchor,
+		// settling and spike rules; ~1 km apart, its moves and jumps.
+		spread := 0.01
+		if r.IntN(2) == 0 {
+			spread = 0.0005
+		}
 		var d Distance
 		d.Start(-1 << 40)
 		wm := int64(-1 << 40)
@@ -194,7 +200,7 @@ func TestDistance_MatchesNaive(t *testing.T) {
 			if s.Late(ts, wm) || d.Has(ts) {
 				continue
 			}
-			x := geo.Fix{TS: ts, Lat: 41 + r.Float64()*0.01, Lon: 2 + r.Float64()*0.01, Acc: float64(r.IntN(30))}
+			x := geo.Fix{TS: ts, Lat: 41 + r.Float64()*spread, Lon: 2 + r.Float64()*spread, Acc: float64(r.IntN(30))}
 			d.Advance(s, wm, func(w Window) { got = append(got, w) })
 			d.Insert(s, f, x)
 			accepted = append(accepted, x)
@@ -219,6 +225,11 @@ func TestDistance_MatchesNaive(t *testing.T) {
 				sort.Slice(starts, func(a, b int) bool { return starts[a] < starts[b] })
 				sorted := append([]geo.Fix(nil), accepted...)
 				sort.Slice(sorted, func(a, b int) bool { return sorted[a].TS < sorted[b].TS })
+				segs := make([]float64, len(sorted))
+				var tr geo.Track
+				for k, p := range sorted {
+					segs[k] = f.Step(&tr, p)
+				}
 				for _, st := range starts {
 					w := open[st]
 					delete(open, st)
@@ -227,8 +238,9 @@ func TestDistance_MatchesNaive(t *testing.T) {
 						if !w.joined[p.TS] {
 							continue
 						}
-						if k > 0 {
-							nw.DistanceM += f.Segment(sorted[k-1], p)
+						nw.DistanceM += segs[k]
+						if nw.Positions == 0 {
+							nw.First = p.TS
 						}
 						nw.Positions++
 						nw.Last = p
@@ -242,7 +254,7 @@ func TestDistance_MatchesNaive(t *testing.T) {
 		}
 		for i := range want {
 			g, w := got[i], want[i]
-			if g.Start != w.Start || g.End != w.End || g.Positions != w.Positions || g.Last != w.Last || math.Abs(g.DistanceM-w.DistanceM) > 1e-6 {
+			if g.Start != w.Start || g.End != w.End || g.Positions != w.Positions || g.First != w.First || g.Last != w.Last || math.Abs(g.DistanceM-w.DistanceM) > 1e-6 {
 				t.Fatalf("seed %d window %d: got %+v, want %+v", seed, i, g, w)
 			}
 		}

@@ -429,11 +429,13 @@ func TestRun_Duplicates(t *testing.T) {
 }
 
 func TestRun_DistanceFilters(t *testing.T) {
-	// A and a point ~20 m north, 30 s apart: ~2.4 km/h.
+	// A, a point ~20 m north and one ~40 m north, 20 s apart: ~3.6 km/h.
 	north := [2]float64{ptA[0] + 0.00018, ptA[1]}
-	d := testHaversine(ptA, north)
-	if d < 15 || d > 25 {
-		t.Fatalf("test setup: got %v m, want about 20", d)
+	north2 := [2]float64{ptA[0] + 0.00036, ptA[1]}
+	east := [2]float64{ptA[0], ptA[1] + 0.0012} // ~100 m east: a spike
+	d1, d2 := testHaversine(ptA, north), testHaversine(north, north2)
+	if d1 < 15 || d1 > 25 || d2 < 15 || d2 > 25 {
+		t.Fatalf("test setup: got %v and %v m, want about 20", d1, d2)
 	}
 	line := func(ts int64, p [2]float64, acc string) string {
 		if acc == "" {
@@ -444,26 +446,61 @@ func TestRun_DistanceFilters(t *testing.T) {
 	cases := []struct {
 		name              string
 		minMove, maxSpeed float64
-		accA, accB        string
+		mid               [2]float64 // the second fix; north when zero
+		acc               string     // the second fix's accuracy_m
 		want              float64
 	}{
-		{name: "filters off", want: d},
-		{name: "move above min_move", minMove: 10, want: d},
-		{name: "move below min_move is jitter", minMove: 25, want: 0},
-		{name: "move below current accuracy", minMove: 10, accB: "30", want: 0},
-		{name: "move below predecessor accuracy", minMove: 10, accA: "30", want: 0},
-		{name: "accuracy ignored with min_move off", accB: "30", want: d},
-		{name: "string accuracy ignored", minMove: 10, accB: `"30"`, want: d},
-		{name: "negative accuracy ignored", minMove: 10, accB: "-30", want: d},
-		{name: "speed above max is an outlier", maxSpeed: 2, want: 0},
-		{name: "speed below max counts", maxSpeed: 3, want: d},
+		{name: "filters off", want: d1 + d2},
+		{name: "filters off: a spike counts", mid: east, want: testHaversine(ptA, east) + testHaversine(east, north2)},
+		{name: "a move out of min_move counts once the next fix confirms it", minMove: 10, want: d1},
+		{name: "a move within min_move is jitter", minMove: 25, want: 0},
+		{name: "a move within the fix's accuracy is jitter", minMove: 10, acc: "30", want: 0},
+		{name: "string accuracy ignored", minMove: 10, acc: `"30"`, want: d1},
+		{name: "negative accuracy ignored", minMove: 10, acc: "-30", want: d1},
+		{name: "accuracy ignored with min_move off", acc: "30", want: d1 + d2},
+		{name: "a spike is dropped", minMove: 10, mid: east, want: 0},
+		{name: "speed above max is an outlier", maxSpeed: 3, want: 0},
+		{name: "speed below max counts", maxSpeed: 4, want: d1 + d2},
+		{name: "a confirmed move above max speed is a jump", minMove: 10, maxSpeed: 3, want: 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			p := baseParams()
 			p.MinMoveM, p.MaxSpeedKmh = tc.minMove, tc.maxSpeed
-			got := ofTypes(runLines(p, line(600000, ptA, tc.accA), line(630000, north, tc.accB)), "distance")
-			compareRecords(t, got, []map[string]any{distRec("c", 600000, 660000, tc.want, 2, north, 0)})
+			mid := tc.mid
+			if mid == ([2]float64{}) {
+				mid = north
+			}
+			got := ofTypes(runLines(p, line(600000, ptA, ""), line(620000, mid, tc.acc), line(640000, north2, "")), "distance")
+			compareRecords(t, got, []map[string]any{distRec("c", 600000, 660000, tc.want, 3, north2, 0)})
+		})
+	}
+}
+
+// TestRun_DistanceEvidence: with a filter on, a window whose fixes span
+// less than half of it does not claim stopped; with the filters off,
+// stopped is the contract's distance_m < stopped_below_m.
+func TestRun_DistanceEvidence(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		minMove  float64
+		last     int64 // the second fix's timestamp
+		evidence bool
+	}{
+		{"filters off, one end of the window", 0, 610000, true},
+		{"filter on, half the window", 10, 630000, true},
+		{"filter on, less than half", 10, 629999, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := baseParams()
+			p.MinMoveM = tc.minMove
+			got := ofTypes(runLines(p, pos("c", 600000, ptA), pos("c", tc.last, ptA)), "distance")
+			want := distRec("c", 600000, 660000, 0, 2, ptA, 0)
+			if !tc.evidence {
+				want["stopped"] = false
+				want["insufficient_evidence"] = true
+			}
+			compareRecords(t, got, []map[string]any{want})
 		})
 	}
 }

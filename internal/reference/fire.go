@@ -5,6 +5,7 @@ import (
 	"math/big"
 	"sort"
 
+	"github.com/km0/edgeproc/geo"
 	"github.com/uber/h3-go/v4"
 )
 
@@ -151,15 +152,23 @@ func predecessor(c *courierState, p *position) *position {
 func (pr *processor) emitDistance(c *courierState, w *window, emittedAt int64) {
 	ps := append([]*position(nil), w.positions...)
 	sort.Slice(ps, func(i, j int) bool { return ps[i].ts < ps[j].ts })
+	var filtered map[*position]float64
+	if pr.p.MinMoveM > 0 {
+		filtered = pr.filtered(c, ps[len(ps)-1])
+	}
 	// Summed in timestamp order, so float rounding is reproducible.
 	dist := 0.0
 	for _, p := range ps {
-		if pred := predecessor(c, p); pred != nil {
+		if filtered != nil {
+			dist += filtered[p]
+		} else if pred := predecessor(c, p); pred != nil {
 			dist += segment(pred, p, pr.p)
 		}
 	}
 	newest := ps[len(ps)-1]
-	pr.emit(map[string]any{
+	// With a filter on, stopped needs fixes over at least half the window.
+	sparse := (pr.p.MinMoveM > 0 || pr.p.MaxSpeedKmh > 0) && 2*(newest.ts-ps[0].ts) < pr.p.SizeMs
+	rec := map[string]any{
 		"type":            "distance",
 		"courier":         c.name,
 		"key":             fmt.Sprintf("distance|%s|%s|%d", pr.p.Market, c.name, w.start),
@@ -168,9 +177,30 @@ func (pr *processor) emitDistance(c *courierState, w *window, emittedAt int64) {
 		"window_end_ms":   saturate(w.end),
 		"distance_m":      dist,
 		"positions":       int64(len(ps)),
-		"stopped":         dist < pr.p.StoppedBelowM,
+		"stopped":         dist < pr.p.StoppedBelowM && !sparse,
 		"cell":            pr.cell(newest.lat, newest.lon),
-	})
+	}
+	if sparse {
+		rec["insufficient_evidence"] = true
+	}
+	pr.emit(rec)
+}
+
+// filtered returns, with MinMoveM > 0, the segment of every position of
+// the courier's LAG chain up to last (decision 5): the anchor filter of
+// geo.Filter run over the whole chain in timestamp order from its first
+// position. What the engine computes incrementally, with its replays of
+// out-of-order fixes, is checked against this from-scratch run; a segment
+// depends only on the positions before it.
+func (pr *processor) filtered(c *courierState, last *position) map[*position]float64 {
+	chain := lagChain(c, last)
+	segs := make(map[*position]float64, len(chain))
+	f := geo.Filter{MinMoveM: pr.p.MinMoveM, MaxSpeedKmh: pr.p.MaxSpeedKmh}
+	var t geo.Track
+	for _, q := range chain {
+		segs[q] = f.Step(&t, geo.Fix{TS: q.ts, Lat: q.lat, Lon: q.lon, Acc: q.acc})
+	}
+	return segs
 }
 
 func (pr *processor) emitNoSignal(c *courierState, s *session, endOfInput bool, emittedAt int64) {

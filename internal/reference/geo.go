@@ -18,16 +18,13 @@ func haversine(lat1, lon1, lat2, lon2 float64) float64 {
 	return 2 * earthRadiusM * math.Asin(math.Sqrt(a))
 }
 
-// segment is the distance cur carries from its predecessor after the §5
-// filters (decision 5): an implied speed above MaxSpeedKmh is an outlier jump
-// and a move below MinMoveM or either reported accuracy is jitter; both count 0.
+// segment is the distance cur carries from its predecessor with MinMoveM 0
+// (decision 5; with MinMoveM > 0 see filtered): an implied speed above MaxSpeedKmh is an outlier jump and
+// counts 0; with MaxSpeedKmh 0 too it is plain haversine (contract §3).
 func segment(pred, cur *position, p Params) float64 {
 	d := haversine(pred.lat, pred.lon, cur.lat, cur.lon)
 	dt := float64(cur.ts - pred.ts) // > 0: accepted positions never share a ts
 	if p.MaxSpeedKmh > 0 && d*3600/dt > p.MaxSpeedKmh {
-		return 0
-	}
-	if p.MinMoveM > 0 && d < max(p.MinMoveM, pred.acc, cur.acc) {
 		return 0
 	}
 	return d

@@ -1,0 +1,91 @@
+package window
+
+import (
+	"math/rand/v2"
+	"reflect"
+	"testing"
+
+	"github.com/km0/edgeproc/geo"
+	"github.com/km0/edgeproc/internal/wire"
+)
+
+// TestDistance_StateRoundTrip checkpoints a courier at every step of a
+// noisy, out-of-order stream (anchors, pending fixes, settled anchors,
+// spikes) and requires the restored state to equal the original bit for bit.
+func TestDistance_StateRoundTrip(t *testing.T) {
+	for seed := uint64(0); seed < 20; seed++ {
+		r := rand.New(rand.NewPCG(seed, 2))
+		s := NewSpec(5*minute, minute)
+		f := geo.Filter{MinMoveM: 15, MaxSpeedKmh: 150}
+		if seed%4 == 0 {
+			f = geo.Filter{}
+		}
+		var d Distance
+		d.Start(0)
+		wm := int64(0)
+		north := 0.0
+		for i := 0; i < 400; i++ {
+			ts := int64(i)*5_000 - int64(r.IntN(40_000))
+			north += 3 * r.Float64() * float64(i/100%2) // parked and moving in turns
+			if !s.Late(ts, wm) && !d.Has(ts) {
+				x := fixAt(ts, north+10*r.NormFloat64())
+				x.Acc = float64(r.IntN(15))
+				d.Insert(s, f, x)
+			}
+			wm = max(wm, int64(i)*5_000-45_000)
+			d.Advance(s, wm, func(Window) {})
+			b := d.AppendState(nil)
+			var got Distance
+			if err := got.ReadState(s, wire.NewReader(b)); err != nil {
+				t.Fatalf("seed %d step %d: %v", seed, i, err)
+			}
+			if !reflect.DeepEqual(got, d) {
+				t.Fatalf("seed %d step %d: restored\n%+v\nwant\n%+v", seed, i, got, d)
+			}
+		}
+	}
+}
+
+// BenchmarkInsert measures the distance operator per fix for a courier
+// sending every 5 s with the default filter: in order, and with every
+// tenth fix arriving 30 s late (it replays the filter from its pane on).
+func BenchmarkInsert(b *testing.B) {
+	for _, tc := range []struct {
+		name  string
+		every int // every n-th fix swaps with the one 6 fixes later
+	}{{"in-order", 0}, {"out-of-order-10pct", 10}} {
+		b.Run(tc.name, func(b *testing.B) {
+			const n = 1 << 14
+			ts := make([]int64, n)
+			for i := range ts {
+				ts[i] = int64(i) * 5_000
+			}
+			if tc.every > 0 {
+				for i := 0; i+6 < n; i += tc.every {
+					ts[i], ts[i+6] = ts[i+6], ts[i]
+				}
+			}
+			r := rand.New(rand.NewPCG(1, 1))
+			fixes := make([]geo.Fix, n)
+			for i := range fixes {
+				fixes[i] = fixAt(ts[i], float64(ts[i])/5_000*7+6*r.NormFloat64())
+			}
+			s := NewSpec(5*minute, minute)
+			f := geo.Filter{MinMoveM: 15, MaxSpeedKmh: 150}
+			b.ReportAllocs()
+			k := 0
+			var d Distance
+			for b.Loop() {
+				if k%n == 0 {
+					d.Start(0)
+				}
+				x := fixes[k%n]
+				k++
+				d.Advance(s, x.TS-45_000, func(Window) {})
+				if !s.Late(x.TS, d.fired) {
+					d.Insert(s, f, x)
+				}
+			}
+		})
+	}
+}
