@@ -17,7 +17,7 @@ func TestConfigFrom(t *testing.T) {
 	want := Config{
 		Market: "girona", Size: 300_000, Slide: 90_000, Gap: 180_000, ToleratedDelay: 45_000,
 		IdleTimeout: 30_000, MaxFutureSkew: 60_000, RestoreTTL: 24 * 3600_000, MaxCouriers: 7,
-		Filter: geo.Filter{MinMoveM: 10, MaxSpeedKmh: 150}, StoppedBelowM: 50, H3Resolution: 9,
+		Filter: geo.Filter{MinMoveM: 15, MaxSpeedKmh: 150}, StoppedBelowM: 50, H3Resolution: 9,
 	}
 	if got.OnPosition != nil || got.Market != want.Market || got.Size != want.Size || got.Slide != want.Slide ||
 		got.Gap != want.Gap || got.ToleratedDelay != want.ToleratedDelay || got.IdleTimeout != want.IdleTimeout ||

@@ -24,7 +24,6 @@ import (
 	"github.com/km0/edgeproc/geo"
 	"github.com/km0/edgeproc/gpsnoise"
 	"github.com/km0/edgeproc/result"
-	"github.com/km0/edgeproc/service"
 )
 
 const stepMs = 5_000 // one fix every 5 s
@@ -79,7 +78,7 @@ func windowsArriving(cfg engine.Config, fixes []geo.Fix, arrival []int64) map[in
 		}
 		e.Push(&engine.Input{Payload: b, Arrival: at, HasArrival: true})
 	}
-	e.Close()
+	e.EndOfInput()
 	return out
 }
 
@@ -170,7 +169,7 @@ func run(w io.Writer, c config.Config, seeds int, durMs int64) error {
 // traces.
 func measure(c config.Config, seeds int, durMs int64) ([]*row, error) {
 	c.Market = "bench"
-	def := service.EngineConfig(c)
+	def := engine.ConfigFrom(c)
 	def.Shards = 1
 	off := def
 	off.Filter = geo.Filter{}

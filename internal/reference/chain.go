@@ -7,7 +7,7 @@ import "sort"
 func lagChain(c *courierState, last *position) []*position {
 	var chain []*position
 	for _, q := range c.distPositions {
-		if q.epoch == last.epoch && q.ts <= last.ts {
+		if q.ts <= last.ts { // a forgotten courier starts afresh: one chain
 			chain = append(chain, q)
 		}
 	}
