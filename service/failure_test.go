@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -191,6 +192,12 @@ func TestRun_FullStateDiskStallsThenResumes(t *testing.T) {
 	rec.waitSeen(t, published, 60*time.Second)
 	waitStatus(t, base+"/readyz", http.StatusOK, 30*time.Second, "ready")
 	svc.stop(t, 15*time.Second)
+	fds, _ := os.ReadDir("/proc/self/fd")
+	for _, fd := range fds {
+		if target, err := os.Readlink("/proc/self/fd/" + fd.Name()); err == nil && strings.HasPrefix(target, disk) {
+			t.Errorf("file still open after shutdown: %s", target)
+		}
+	}
 }
 
 // TestRun_DeletedStreamIsRecreated: a stream lost on the server (deleted,

@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"runtime"
 	"testing"
+	"time"
 )
 
 // Tmpfs mounts a tmpfs of size (mount's syntax, e.g. "2m") on a new
@@ -27,9 +28,20 @@ func Tmpfs(tb testing.TB, size string) string {
 		tb.Fatalf("mount tmpfs on %s: %v: %s", dir, err, out)
 	}
 	// Registered after TempDir's, so it runs before the removal.
+	// A process that just exited (a test's broker, say) may hold the mount
+	// for a moment: retry, then detach it lazily rather than leave it.
 	tb.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			tb.Errorf("umount %s: %v: %s", dir, err, out)
+		var out []byte
+		var err error
+		for i := 0; i < 20; i++ {
+			if out, err = exec.Command("umount", dir).CombinedOutput(); err == nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		tb.Logf("umount %s: %v: %s; detaching it lazily", dir, err, out)
+		if out, err := exec.Command("umount", "-l", dir).CombinedOutput(); err != nil {
+			tb.Errorf("umount -l %s: %v: %s", dir, err, out)
 		}
 	})
 	return dir
