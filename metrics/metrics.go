@@ -42,9 +42,12 @@ type Snapshot struct {
 	// QueueDepth is the number of received messages waiting for the
 	// engine, out of QueueCapacity.
 	QueueDepth, QueueCapacity int
-	// StreamReady reports whether the market's JetStream stream exists (the
-	// bridge opened it).
+	// StreamReady reports whether results are being delivered: the stream
+	// exists and the latest publish was acked (bridge.StreamReady).
 	StreamReady bool
+	// Ready reports whether the market can do its job (its /readyz line);
+	// Failed whether it has died (/healthz fails while any market has).
+	Ready, Failed bool
 	// Durability is the write-ahead log and checkpoint state.
 	Durability    Durability
 	HasDurability bool
@@ -77,6 +80,10 @@ type Durability struct {
 	WALBytes int64
 	// WALRepairs counts torn or corrupt tails cut at start.
 	WALRepairs uint64
+	// WALStalled reports a write-ahead log waiting for disk space (nothing
+	// is acknowledged meanwhile); WALStalls counts such stalls.
+	WALStalled bool
+	WALStalls  uint64
 	// Fsync is the write-ahead log's fsync latency histogram.
 	Fsync HistogramSnapshot
 	// Replayed is the number of log entries replayed at start, and
@@ -125,6 +132,7 @@ var (
 	dMissed     = desc("window_memberships_missed_total", "Distance windows a position that was not late could not join because they had already fired.")
 	dResults    = desc("results_total", "Records emitted, by type (rejected included).", "type")
 	dCouriers   = desc("couriers", "Couriers tracked (at most limits.max_couriers).")
+	dEvicted    = desc("couriers_evicted_total", "Idle couriers forgotten to make room for a new one at limits.max_couriers.")
 	dWatermark  = desc("watermark_timestamp_seconds", "Event-time watermark, seconds since the Unix epoch; absent before the first position.")
 	dLag        = desc("watermark_lag_seconds", "Wall clock minus watermark, seconds; absent before the first position.")
 	dQueue      = desc("ingest_queue_depth", "Received messages waiting for the engine.")
@@ -140,10 +148,14 @@ var (
 	dPending    = desc("bridge_pending", "Results awaiting their JetStream ack.")
 	dKVWrites   = desc("kv_writes_total", "Courier states written to the key-value bucket.")
 	dKVErrors   = desc("kv_errors_total", "Failed courier-state writes (retried).")
-	dKVRefused  = desc("kv_refused_total", "Courier-state updates dropped: too many couriers tracked.")
+	dKVRefused  = desc("kv_refused_total", "Courier-state updates dropped: no courier id.")
+	dKVEvicted  = desc("kv_evicted_total", "Couriers evicted from the bucket writer's table at limits.max_couriers (their newest state written first).")
+	dRecreated  = desc("recreated_total", "Times the stream or the courier bucket was found missing on the server and recreated.", "what")
 	dNATSUp     = desc("nats_connected", "1 when the NATS connection is up.")
 	dStreamUp   = desc("stream_ready", "1 when the market's JetStream stream exists.")
 	dMQTTUp     = desc("mqtt_connected", "1 when the MQTT connection is up.")
+	dReady      = desc("market_ready", "1 when the market can do its job (see /readyz for why not).")
+	dFailed     = desc("market_failed", "1 when the market has died (see /healthz and the log for why).")
 	dMQTTRecv   = desc("mqtt_received_total", "PUBLISH packets received, redeliveries included.")
 	dMQTTRedel  = desc("mqtt_redelivered_total", "Received messages flagged as redelivered by the broker.")
 	dMQTTOut    = desc("mqtt_outstanding", "Messages received and not yet acknowledged.")
@@ -158,6 +170,8 @@ var (
 	dCkptSkip    = desc("checkpoints_skipped_total", "Checkpoints not started because the previous one was still in progress.")
 	dWALBytes    = desc("wal_size_bytes", "Size of the write-ahead log's segment files.")
 	dWALRepairs  = desc("wal_repairs_total", "Torn or corrupt write-ahead-log tails cut at start.")
+	dWALStalled  = desc("wal_stalled", "1 while the write-ahead log waits for disk space: nothing is acknowledged.")
+	dWALStalls   = desc("wal_stalls_total", "Times the write-ahead log stalled on a full disk.")
 	dWALFsync    = desc("wal_fsync_seconds", "Write-ahead-log fsync latency.")
 	dReplayed    = desc("recovery_replayed_entries", "Write-ahead-log entries replayed through the engine at start.")
 	dRecoveryDur = desc("recovery_duration_seconds", "Time taken at start to load the checkpoint and replay the write-ahead log.")
@@ -180,10 +194,10 @@ var revision = func() string {
 }()
 
 var allDescs = []*prometheus.Desc{
-	dReceived, dAccepted, dRejected, dDuplicates, dLate, dMissed, dResults, dCouriers, dWatermark, dLag, dQueue, dQueueCap, dInFlight, dInFlightMx,
-	dPublished, dAcked, dBDup, dBErrors, dBRetries, dPending, dKVWrites, dKVErrors, dKVRefused, dNATSUp, dStreamUp,
-	dMQTTUp, dMQTTRecv, dMQTTRedel, dMQTTOut, dMQTTReconn, dMQTTLost,
-	dCkptAge, dCkptDur, dCkptBytes, dCkpts, dCkptFail, dCkptSkip, dWALBytes, dWALRepairs, dWALFsync, dReplayed, dRecoveryDur,
+	dReceived, dAccepted, dRejected, dDuplicates, dLate, dMissed, dResults, dCouriers, dEvicted, dWatermark, dLag, dQueue, dQueueCap, dInFlight, dInFlightMx,
+	dPublished, dAcked, dBDup, dBErrors, dBRetries, dPending, dKVWrites, dKVErrors, dKVRefused, dKVEvicted, dRecreated, dNATSUp, dStreamUp,
+	dMQTTUp, dMQTTRecv, dMQTTRedel, dMQTTOut, dMQTTReconn, dMQTTLost, dReady, dFailed,
+	dCkptAge, dCkptDur, dCkptBytes, dCkpts, dCkptFail, dCkptSkip, dWALBytes, dWALRepairs, dWALStalled, dWALStalls, dWALFsync, dReplayed, dRecoveryDur,
 	dLatency, dBuildInfo,
 }
 
@@ -225,6 +239,7 @@ func (c *Collector) collect(ch chan<- prometheus.Metric, name string, s Snapshot
 			counter(dResults, float64(e.Results[k]), k)
 		}
 		gauge(dCouriers, float64(e.Couriers))
+		counter(dEvicted, float64(e.Evicted))
 		gauge(dInFlight, float64(e.InFlight))
 		gauge(dInFlightMx, float64(e.InFlightMax))
 		if e.Watermark != tmath.Never && e.Watermark != tmath.Forever {
@@ -246,7 +261,12 @@ func (c *Collector) collect(ch chan<- prometheus.Metric, name string, s Snapshot
 		counter(dKVWrites, float64(b.KVWrites))
 		counter(dKVErrors, float64(b.KVErrors))
 		counter(dKVRefused, float64(b.KVRefused))
+		counter(dKVEvicted, float64(b.KVEvicted))
+		counter(dRecreated, float64(b.StreamRecreated), "stream")
+		counter(dRecreated, float64(b.KVRecreated), "bucket")
 	}
+	gauge(dReady, bool01(s.Ready))
+	gauge(dFailed, bool01(s.Failed))
 	gauge(dNATSUp, bool01(s.HasBridge && s.Bridge.Connected))
 	gauge(dStreamUp, bool01(s.StreamReady))
 
@@ -271,6 +291,8 @@ func (c *Collector) collect(ch chan<- prometheus.Metric, name string, s Snapshot
 		counter(dCkptSkip, float64(d.CheckpointsSkipped))
 		gauge(dWALBytes, float64(d.WALBytes))
 		counter(dWALRepairs, float64(d.WALRepairs))
+		gauge(dWALStalled, bool01(d.WALStalled))
+		counter(dWALStalls, float64(d.WALStalls))
 		h := d.Fsync
 		ch <- prometheus.MustNewConstHistogram(dWALFsync, h.Count, h.Sum, h.Buckets, name)
 		gauge(dReplayed, float64(d.Replayed))

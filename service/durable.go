@@ -66,7 +66,7 @@ func (c *ckptState) metrics(ws wal.Stats) metrics.Durability {
 	return metrics.Durability{
 		LastCheckpoint: c.last, CheckpointDuration: c.duration, CheckpointBytes: c.bytes,
 		Checkpoints: c.written.Load(), CheckpointFailures: c.failed.Load(), CheckpointsSkipped: c.skipped.Load(),
-		WALBytes: ws.Bytes, WALRepairs: ws.Repairs, Fsync: c.fsync.Snapshot(),
+		WALBytes: ws.Bytes, WALRepairs: ws.Repairs, WALStalled: ws.Stalled, WALStalls: ws.Stalls, Fsync: c.fsync.Snapshot(),
 		Replayed: c.replayed, RecoveryDuration: c.recovery,
 	}
 }

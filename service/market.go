@@ -102,7 +102,10 @@ func newMarket(cfg config.Config, nc *nats.Conn, deps *Deps) *market {
 
 // snapshot is the market's state for metrics.
 func (m *market) snapshot() metrics.Snapshot {
-	s := metrics.Snapshot{QueueDepth: len(m.drv.in), QueueCapacity: cap(m.drv.in)}
+	s := metrics.Snapshot{
+		QueueDepth: len(m.drv.in), QueueCapacity: cap(m.drv.in),
+		Ready: m.notReady() == "", Failed: m.dead.Load() != nil,
+	}
 	if e := m.eng.Load(); e != nil {
 		s.Engine, s.HasEngine = e.Stats(), true
 	}
