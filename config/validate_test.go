@@ -50,6 +50,24 @@ func TestValidate_Rules(t *testing.T) {
 		{"market with space", "market: 'gi rona'\n", "market", ErrInvalid},
 		{"market with dot", "market: gi.rona\n", "market", ErrInvalid},
 
+		// source and jetstream
+		{"source unknown", m + "source: kafka\n", "source", ErrInvalid},
+		{"subject without partition", m + "jetstream:\n  subject: part.girona.*\n", "jetstream.subject", ErrInvalid},
+		{"subject with two partitions", m + "jetstream:\n  subject: p.{partition}.{partition}.*\n", "jetstream.subject", ErrInvalid},
+		{"subject not ending in courier wildcard", m + "jetstream:\n  subject: part.{partition}.x\n", "jetstream.subject", ErrInvalid},
+		{"subject partition inside a token", m + "jetstream:\n  subject: part.p{partition}.*\n", "jetstream.subject", ErrInvalid},
+		{"subject empty token", m + "jetstream:\n  subject: part..{partition}.*\n", "jetstream.subject", ErrInvalid},
+		{"subject inner wildcard", m + "jetstream:\n  subject: part.*.{partition}.*\n", "jetstream.subject", ErrInvalid},
+		{"partitions zero", m + "jetstream:\n  partitions: 0\n", "jetstream.partitions", ErrOutOfRange},
+		{"partitions too many", m + "jetstream:\n  partitions: 1025\n", "jetstream.partitions", ErrOutOfRange},
+		{"consumer with dot", m + "jetstream:\n  consumer: a.b\n", "jetstream.consumer", ErrInvalid},
+		{"stream with space", m + "jetstream:\n  stream: 'a b'\n", "jetstream.stream", ErrInvalid},
+		{"pin_ttl zero", m + "jetstream:\n  pin_ttl: 0s\n", "jetstream.pin_ttl", ErrNotPositive},
+		{"pin_ttl below a second", m + "jetstream:\n  pin_ttl: 500ms\n", "jetstream.pin_ttl", ErrOutOfRange},
+		{"replicas zero", m + "jetstream:\n  replicas: 0\n", "jetstream.replicas", ErrOutOfRange},
+		{"replicas six", m + "jetstream:\n  replicas: 6\n", "jetstream.replicas", ErrOutOfRange},
+		{"instance with control character", m + "jetstream:\n  instance: \"a\\tb\"\n", "jetstream.instance", ErrInvalid},
+
 		// windows
 		{"size zero", m + "windows:\n  size: 0s\n", "windows.size", ErrNotPositive},
 		{"size negative", m + "windows:\n  size: -5m\n", "windows.size", ErrNotPositive},
@@ -177,6 +195,7 @@ func TestValidate_Accepts(t *testing.T) {
 		{"env names", m + "mqtt:\n  password_env: _PW_1\nnats:\n  creds_env: creds\n"},
 		{"listen all interfaces", m + "http:\n  listen: ':9464'\n"},
 		{"listen ipv6", m + "http:\n  listen: '[::1]:9464'\n"},
+		{"jetstream source", m + "source: jetstream\njetstream:\n  subject: km0.{partition}.girona.*\n  partitions: 1024\n  pin_ttl: 1s\n  replicas: 1\n  instance: edgeproc-a\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -246,5 +265,14 @@ func TestValidate_Messages(t *testing.T) {
 				t.Errorf("got  %v\nwant %s", err, tt.want)
 			}
 		})
+	}
+}
+
+func TestJetStream_PartitionSubject(t *testing.T) {
+	j := JetStream{Subject: "part.girona.{partition}.*"}
+	for n, want := range map[int]string{0: "part.girona.0.*", 3: "part.girona.3.*", 1023: "part.girona.1023.*"} {
+		if got := j.PartitionSubject(n); got != want {
+			t.Errorf("PartitionSubject(%d) = %q, want %q", n, got, want)
+		}
 	}
 }
