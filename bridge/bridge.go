@@ -182,6 +182,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) (*Br
 		Subjects:    cfg.streamSubjects(),
 		Storage:     jetstream.FileStorage,
 		Duplicates:  cfg.DuplicateWindow,
+		Replicas:    cfg.Replicas,
 	}); err != nil {
 		return nil, fmt.Errorf("bridge: open: create or update stream %s: %w", cfg.Stream, err)
 	}
@@ -190,6 +191,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) (*Br
 		Description: "edgeproc courier state of market " + cfg.Market,
 		History:     1,
 		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("bridge: open: create or update kv bucket %s: %w", cfg.KVBucket, err)

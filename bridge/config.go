@@ -91,6 +91,9 @@ type Config struct {
 	// CellResolution is the H3 resolution (0..15) used by ComputeCell.
 	// Default 0, so set it with ComputeCell (the contract's default is 9).
 	CellResolution int
+	// Replicas of the stream and the bucket on a JetStream cluster.
+	// Default 0: the server's (1).
+	Replicas int
 }
 
 // withDefaults returns a copy of c with zero fields set to their defaults.

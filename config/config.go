@@ -102,6 +102,14 @@ type JetStream struct {
 	// (yaml pin_ttl): the takeover delay after an owner dies. Default 10s;
 	// at least 1s, whole milliseconds.
 	PinTTL time.Duration
+	// MaxOwned is the most partitions this instance owns at once (yaml
+	// max_owned); at the limit it stops asking for the others, so that they
+	// go to instances with room. The pinned_client policy does not balance
+	// by itself: the first instance to ask gets a free partition. With I
+	// instances, ceil(Partitions/(I-1)) spreads the partitions and still
+	// lets the survivors own them all when one instance dies. Default 0:
+	// no limit.
+	MaxOwned int
 	// Replicas of the positions stream (when created here) and of the
 	// checkpoint bucket and object store. Default 3; 1 to 5.
 	Replicas int

@@ -71,6 +71,7 @@ func (d *decoder) decode(r io.Reader, c *Config) {
 			{"partitions", d.int(&c.JetStream.Partitions)},
 			{"consumer", d.str(&c.JetStream.Consumer)},
 			{"pin_ttl", d.duration(&c.JetStream.PinTTL)},
+			{"max_owned", d.int(&c.JetStream.MaxOwned)},
 			{"replicas", d.int(&c.JetStream.Replicas)},
 			{"instance", d.str(&c.JetStream.Instance)},
 		})},

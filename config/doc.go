@@ -15,6 +15,7 @@
 //	  partitions: 4                 # 1..1024, the N of the server's partition(N, ...) mapping
 //	  consumer: edgeproc-girona     # durable consumers CONSUMER-0 ... CONSUMER-(N-1)
 //	  pin_ttl: 10s                  # >= 1s; an owner silent this long loses its partitions
+//	  max_owned: 2                  # most partitions owned at once; 0 = no limit
 //	  replicas: 3                   # 1..5; stream (if created here), checkpoint bucket and store
 //	  instance: edgeproc-a          # this instance's name; default host name and pid
 //	mqtt:

@@ -141,6 +141,9 @@ func (j JetStream) validate(v *validator) {
 	if v.millis("jetstream.pin_ttl", j.PinTTL, true) && j.PinTTL < time.Second {
 		v.add("jetstream.pin_ttl", j.PinTTL.String(), ErrOutOfRange, "must be at least 1s: the owner renews its pin several times per ttl")
 	}
+	if j.MaxOwned < 0 || j.MaxOwned > MaxPartitions {
+		v.add("jetstream.max_owned", strconv.Itoa(j.MaxOwned), ErrOutOfRange, fmt.Sprintf("must be between 0 (no limit) and %d", MaxPartitions))
+	}
 	if j.Replicas < 1 || j.Replicas > 5 {
 		v.add("jetstream.replicas", strconv.Itoa(j.Replicas), ErrOutOfRange, "must be between 1 and 5")
 	}

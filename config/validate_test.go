@@ -64,6 +64,7 @@ func TestValidate_Rules(t *testing.T) {
 		{"stream with space", m + "jetstream:\n  stream: 'a b'\n", "jetstream.stream", ErrInvalid},
 		{"pin_ttl zero", m + "jetstream:\n  pin_ttl: 0s\n", "jetstream.pin_ttl", ErrNotPositive},
 		{"pin_ttl below a second", m + "jetstream:\n  pin_ttl: 500ms\n", "jetstream.pin_ttl", ErrOutOfRange},
+		{"max_owned negative", m + "jetstream:\n  max_owned: -1\n", "jetstream.max_owned", ErrOutOfRange},
 		{"replicas zero", m + "jetstream:\n  replicas: 0\n", "jetstream.replicas", ErrOutOfRange},
 		{"replicas six", m + "jetstream:\n  replicas: 6\n", "jetstream.replicas", ErrOutOfRange},
 		{"instance with control character", m + "jetstream:\n  instance: \"a\\tb\"\n", "jetstream.instance", ErrInvalid},
