@@ -330,3 +330,14 @@ func caughtUp(ins []*instance, last []uint64) bool {
 	}
 	return true
 }
+
+// jetstreamKV binds the checkpoint bucket of cfg's market.
+func jetstreamKV(t testing.TB, nc *nats.Conn, cfg config.Config) jetstream.KeyValue {
+	t.Helper()
+	js, _ := jetstream.New(nc)
+	kv, err := js.KeyValue(context.Background(), checkpointBucket(cfg.Market))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
+}

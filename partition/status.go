@@ -9,6 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/km0/edgeproc/bridge"
 )
 
 // Status is one partition as this instance sees it.
@@ -69,6 +71,17 @@ func unixNano(ns int64) time.Time {
 		return time.Time{}
 	}
 	return time.Unix(0, ns)
+}
+
+// Results returns the counters of the results bridge (zero before
+// set-up).
+func (r *Runner) Results() bridge.Stats {
+	select {
+	case <-r.ready:
+		return r.br.Stats()
+	default:
+		return bridge.Stats{}
+	}
 }
 
 // Ready reports whether set-up is done and NATS is connected: the instance
