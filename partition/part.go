@@ -46,6 +46,7 @@ type part struct {
 	term     *term
 	lastCkpt time.Time
 	lastTick time.Time
+	lastPos  int64 // ms, stream time of the last position (not tick) applied
 
 	// Read by metrics and tests from any goroutine.
 	owned, epoch, processed, ckptSeq, lagMsgs atomic.Uint64
@@ -298,7 +299,7 @@ func (p *part) maybeTick(ctx context.Context) {
 	now := time.Now()
 	every := max(idle/10, 100*time.Millisecond)
 	if now.Sub(p.lastTick) < every || now.Sub(time.Unix(0, p.acquiredAt.Load())) < idle ||
-		now.UnixMilli()-p.lastTS.Load() < idle.Milliseconds() {
+		now.UnixMilli()-p.lastPos < idle.Milliseconds() {
 		return
 	}
 	p.lastTick = now

@@ -246,6 +246,7 @@ func (t *term) apply(subject string, hdr nats.Header, data []byte, seq uint64, t
 	if hdr.Get(TickHeader) != "" && strings.HasSuffix(subject, "."+TickToken) {
 		t.eng.Tick(ms)
 	} else {
+		t.p.lastPos = ms
 		t.topicBuf = appendMQTTTopic(t.topicBuf[:0], subject)
 		t.eng.Push(&engine.Input{Payload: data, Topic: string(t.topicBuf), Arrival: ms, HasArrival: true, Line: int64(seq)})
 	}

@@ -1,0 +1,67 @@
+package partition
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/km0/edgeproc/internal/testenv"
+)
+
+// TestIdleTicks: when the whole fleet goes silent, the owner publishes
+// ticks into the partition, the idle rule closes every courier's last
+// session at a tick's stream timestamp, and the results equal the replay
+// of the partition's stream, ticks included.
+func TestIdleTicks(t *testing.T) {
+	ns := testenv.StartNATS(t)
+	cfg := testConfig(t, ns.URL(), 1, "")
+	cfg.Windows.IdleTimeout = time.Second
+	cfg.Windows.Gap = 8 * time.Second
+	cfg.Windows.ToleratedDelay = time.Second
+	cfg.Windows.Size, cfg.Windows.Slide = 20*time.Second, 10*time.Second
+	a := startInstance(t, cfg, ns.Connect(t), "a", nil)
+	waitFor(t, 30*time.Second, "a ready", a.r.Ready)
+	const couriers = 20
+	msgs := testenv.FleetMessages("girona", couriers, 2*time.Minute, 5, time.Now())
+	for i := range msgs {
+		msgs[i].Topic = strings.Replace(msgs[i].Topic, "km0/girona/positions/", "part/girona/0/", 1)
+	}
+	pub := ns.Connect(t)
+	publishFleet(t, pub, msgs, 50000, nil)
+	silentFrom := time.Now().UnixMilli()
+	closed := func() map[string]bool {
+		out := map[string]bool{}
+		for _, m := range testenv.ReadStream(t, ns.URL(), cfg.NATS.Stream) {
+			var r struct {
+				Type      string `json:"type"`
+				Courier   string `json:"courier"`
+				EmittedAt int64  `json:"emitted_at_ms"`
+			}
+			if json.Unmarshal(m.Data, &r) == nil && r.Type == "no_signal" && r.EmittedAt >= silentFrom {
+				out[r.Courier] = true
+			}
+		}
+		return out
+	}
+	waitFor(t, 60*time.Second, "every courier's last session closed by idle ticks", func() bool { return len(closed()) == couriers })
+	a.Stop()
+	ticks := 0
+	for _, m := range readPartition(t, pub, cfg.JetStream.Stream, cfg.JetStream.PartitionSubject(0)) {
+		if m.hdr.Get(TickHeader) != "" {
+			ticks++
+		}
+	}
+	t.Logf("%d ticks in the partition", ticks)
+	if ticks == 0 {
+		t.Fatal("no tick in the partition")
+	}
+	want := reference(t, pub, cfg)
+	got := published(t, ns.URL(), cfg)
+	if diffs := testenv.DiffResults(got, want, "the replay"); len(diffs) > 0 {
+		t.Errorf("%d differences, first ones:", len(diffs))
+		for _, d := range diffs[:min(len(diffs), 10)] {
+			t.Error(d)
+		}
+	}
+}
