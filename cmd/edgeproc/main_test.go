@@ -19,6 +19,8 @@ func TestRun_ExitCodes(t *testing.T) {
 		{[]string{"replay"}, 2, "replay takes --config"},
 		{[]string{"check-config", "../../examples/girona.yaml"}, 0, "ok (market girona)"},
 		{[]string{"check-config", "../../testdata/worked.jsonl"}, 1, "worked.jsonl"},
+		{[]string{"check-config", "../../examples/scale-out/girona-a.yaml", "../../examples/scale-out/girona-b.yaml", "../../examples/scale-out/girona-c.yaml"}, 0, "ok (market girona)"},
+		{[]string{"run", "--config", "../../examples/scale-out/girona-a.yaml", "--config", "../../examples/valencia.yaml"}, 2, "runs alone in its process"},
 		{[]string{"replay", "--config", "../../testdata/worked.yaml", "--in", "../../testdata/worked.jsonl"}, 0, `"end_of_input":true`},
 	}
 	for _, c := range cases {

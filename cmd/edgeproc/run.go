@@ -6,9 +6,11 @@ import (
 	"flag"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 
 	"github.com/km0/edgeproc/config"
+	"github.com/km0/edgeproc/partition"
 	"github.com/km0/edgeproc/service"
 )
 
@@ -46,5 +48,15 @@ func runService(ctx context.Context, args []string, _, stderr io.Writer) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if slices.ContainsFunc(cfgs, func(c config.Config) bool { return c.Source == "jetstream" }) {
+		if len(cfgs) != 1 {
+			return usageError{"a market with source: jetstream runs alone in its process: give one --config"}
+		}
+		r, err := partition.New(cfgs[0], partition.Deps{Log: log})
+		if err != nil {
+			return err
+		}
+		return r.Run(ctx)
+	}
 	return service.Run(ctx, cfgs, service.Deps{Log: log})
 }
