@@ -49,10 +49,10 @@ type part struct {
 	lastPos  int64 // ms, stream time of the last position (not tick) applied
 
 	// Read by metrics and tests from any goroutine.
-	owned, epoch, processed, ckptSeq, lagMsgs atomic.Uint64
-	lastTS                                    atomic.Int64 // ms, stream time of the last message applied
-	takeovers, fenced, dropped, caughtUp      atomic.Uint64
-	acquiredAt, firstResultAt                 atomic.Int64 // unix ns of the current term
+	owned, epoch, processed, applied, ckptSeq, lagMsgs atomic.Uint64
+	lastTS                                             atomic.Int64 // ms, stream time of the last message applied
+	takeovers, fenced, dropped, caughtUp               atomic.Uint64
+	acquiredAt, firstResultAt                          atomic.Int64 // unix ns of the current term
 }
 
 func newPart(r *Runner, n int) *part {
@@ -192,8 +192,8 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 func (p *part) acquire(ctx context.Context, pin string, sent time.Time) bool {
 	if !p.r.reserve() {
 		// Pinned, but at the limit (another partition was taken meanwhile):
-		// stop pulling until the pin has expired and gone elsewhere.
-		sleepCtx(ctx, p.r.cfg.JetStream.PinTTL+p.fetchWait())
+		// hand the pin back so that it goes to an instance with room now.
+		p.unpin()
 		return false
 	}
 	t, err := p.claim(ctx, pin, sent)
@@ -265,6 +265,12 @@ func (p *part) release() {
 	}
 	t.fence() // after the final checkpoint, nothing more goes out
 	t.eng.Stop()
+	p.unpin()
+}
+
+// unpin asks the server to give the partition's pin to the next instance
+// asking for it now, rather than after the pin TTL.
+func (p *part) unpin() {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	if s, err := p.r.js.Stream(ctx, p.r.cfg.JetStream.Stream); err == nil {

@@ -22,7 +22,9 @@ type Status struct {
 	Epoch uint64 `json:"epoch,omitempty"`
 	// Processed is the stream sequence of the last message applied;
 	// Checkpoint the one the last recorded checkpoint reflects.
-	Processed  uint64 `json:"processed_seq"`
+	Processed uint64 `json:"processed_seq"`
+	// Applied counts the messages this instance applied, in every term.
+	Applied    uint64 `json:"applied"`
 	Checkpoint uint64 `json:"checkpoint_seq"`
 	// LagMessages is the consumer's count of messages not yet delivered;
 	// LagMs the age of the last applied message while any are (0 when
@@ -49,7 +51,7 @@ func (r *Runner) Status() []Status {
 	for i, p := range r.parts {
 		s := Status{
 			Partition: p.n, Owned: p.owned.Load() == 1,
-			Processed: p.processed.Load(), Checkpoint: p.ckptSeq.Load(),
+			Processed: p.processed.Load(), Applied: p.applied.Load(), Checkpoint: p.ckptSeq.Load(),
 			LagMessages: p.lagMsgs.Load(),
 			Takeovers:   p.takeovers.Load(), Fenced: p.fenced.Load(), Dropped: p.dropped.Load(), CaughtUp: p.caughtUp.Load(),
 		}

@@ -252,6 +252,7 @@ func (t *term) apply(subject string, hdr nats.Header, data []byte, seq uint64, t
 	}
 	t.last = seq
 	t.p.processed.Store(seq)
+	t.p.applied.Add(1)
 	t.p.lastTS.Store(ms)
 }
 

@@ -88,7 +88,7 @@ func (c *Cluster) start(i int) error {
 		}
 	}
 	c.mu.Unlock()
-	srv, err := server.NewServer(&server.Options{
+	opts := &server.Options{
 		ServerName: nd.name,
 		Host:       "127.0.0.1",
 		Port:       nd.port,
@@ -96,9 +96,12 @@ func (c *Cluster) start(i int) error {
 		StoreDir:   nd.storeDir,
 		NoSigs:     true,
 		NoLog:      true,
-		Cluster:    server.ClusterOpts{Name: c.name, Host: "127.0.0.1", Port: nd.routePort},
-		Routes:     routes,
-	})
+	}
+	if len(routes) > 0 { // a cluster of one is a plain server
+		opts.Cluster = server.ClusterOpts{Name: c.name, Host: "127.0.0.1", Port: nd.routePort}
+		opts.Routes = routes
+	}
+	srv, err := server.NewServer(opts)
 	if err != nil {
 		return fmt.Errorf("new nats node %s: %w", nd.name, err)
 	}
@@ -192,4 +195,12 @@ func (c *Cluster) WaitJetStream() {
 func (c *Cluster) Connect(tb testing.TB, opts ...nats.Option) *nats.Conn {
 	tb.Helper()
 	return connect(tb, c.URL(), opts)
+}
+
+// StartNATSWithMappings starts one JetStream node, as StartCluster does
+// for several: a cluster of one, with mappings, shut down when the test
+// ends.
+func StartNATSWithMappings(tb testing.TB, mappings map[string]string) *Cluster {
+	tb.Helper()
+	return StartCluster(tb, 1, mappings)
 }
