@@ -15,7 +15,7 @@ import (
 // one engine per partition computes over the partition's stream.
 func TestCluster_FailoverEqualsReplay(t *testing.T) {
 	const partitions = 4
-	cl := testenv.StartCluster(t, 3, mapping(partitions))
+	cl := testenv.StartCluster(t, testenv.ClusterConfig{Nodes: 3, Mappings: mapping(partitions)})
 	cfg := testConfig(t, cl.URL(), partitions, "")
 	cfg.JetStream.MaxOwned = 2 // ceil(4 / (3-1)): spread, and room for all on two
 	ins := []*instance{

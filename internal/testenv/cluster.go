@@ -20,9 +20,9 @@ import (
 // its own, and the same subject mappings. A node can be killed and started
 // again on the same ports and store.
 type Cluster struct {
-	tb       testing.TB
-	name     string
-	mappings map[string]string
+	tb   testing.TB
+	name string
+	cfg  ClusterConfig
 
 	mu    sync.Mutex
 	nodes []*clusterNode
@@ -33,22 +33,42 @@ type clusterNode struct {
 	storeDir  string
 	port      int // client
 	routePort int
+	mqttPort  int // 0: no MQTT listener
 	srv       *server.Server
 }
 
-// StartCluster starts n JetStream nodes clustered over loopback routes,
-// each with mappings (source subject → destination, nats-server mapping
-// syntax such as "part.{{wildcard(1)}}.{{partition(4,2)}}.{{wildcard(2)}}")
-// in its global account, and returns once the cluster has a JetStream meta
-// leader. It is shut down when the test ends.
-func StartCluster(tb testing.TB, n int, mappings map[string]string) *Cluster {
+// ClusterConfig describes a test cluster.
+type ClusterConfig struct {
+	// Nodes is the number of servers (1 is a plain server). Default 3.
+	Nodes int
+	// Mappings are subject mappings (source → destination, nats-server
+	// syntax such as "part.{{wildcard(1)}}.{{partition(4,2)}}.{{wildcard(2)}}")
+	// of every node's global account.
+	Mappings map[string]string
+	// MQTT gives every node an MQTT listener (the gateway), its internal
+	// streams replicated on every node (mqtt stream_replicas).
+	MQTT bool
+}
+
+// StartCluster starts cfg.Nodes JetStream nodes clustered over loopback
+// routes and returns once the cluster has a JetStream meta leader. It is
+// shut down when the test ends.
+func StartCluster(tb testing.TB, cfg ClusterConfig) *Cluster {
 	tb.Helper()
-	c := &Cluster{tb: tb, name: "edgeproc-test", mappings: mappings}
+	if cfg.Nodes <= 0 {
+		cfg.Nodes = 3
+	}
+	n := cfg.Nodes
+	c := &Cluster{tb: tb, name: "edgeproc-test", cfg: cfg}
 	for i := range n {
-		c.nodes = append(c.nodes, &clusterNode{
+		nd := &clusterNode{
 			name: fmt.Sprintf("n%d", i+1), storeDir: tb.TempDir(),
 			port: freePort(tb), routePort: freePort(tb),
-		})
+		}
+		if cfg.MQTT {
+			nd.mqttPort = freePort(tb)
+		}
+		c.nodes = append(c.nodes, nd)
 	}
 	tb.Cleanup(c.Shutdown)
 	var wg sync.WaitGroup
@@ -101,11 +121,14 @@ func (c *Cluster) start(i int) error {
 		opts.Cluster = server.ClusterOpts{Name: c.name, Host: "127.0.0.1", Port: nd.routePort}
 		opts.Routes = routes
 	}
+	if nd.mqttPort != 0 {
+		opts.MQTT = server.MQTTOpts{Host: "127.0.0.1", Port: nd.mqttPort, StreamReplicas: len(c.nodes)}
+	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
 		return fmt.Errorf("new nats node %s: %w", nd.name, err)
 	}
-	for src, dst := range c.mappings {
+	for src, dst := range c.cfg.Mappings {
 		if err := srv.GlobalAccount().AddMapping(src, dst); err != nil {
 			return fmt.Errorf("node %s: mapping %s: %w", nd.name, src, err)
 		}
@@ -131,6 +154,11 @@ func (c *Cluster) URL() string {
 		urls = append(urls, fmt.Sprintf("nats://127.0.0.1:%d", nd.port))
 	}
 	return strings.Join(urls, ",")
+}
+
+// MQTTAddr is node i's MQTT listener, host:port (with ClusterConfig.MQTT).
+func (c *Cluster) MQTTAddr(i int) string {
+	return fmt.Sprintf("127.0.0.1:%d", c.nodes[i].mqttPort)
 }
 
 // Kill shuts node i down (its clients reconnect to another node) and waits
@@ -202,5 +230,5 @@ func (c *Cluster) Connect(tb testing.TB, opts ...nats.Option) *nats.Conn {
 // ends.
 func StartNATSWithMappings(tb testing.TB, mappings map[string]string) *Cluster {
 	tb.Helper()
-	return StartCluster(tb, 1, mappings)
+	return StartCluster(tb, ClusterConfig{Nodes: 1, Mappings: mappings})
 }
