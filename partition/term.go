@@ -271,10 +271,31 @@ func (t *term) sink(rs []result.Record) {
 	}
 	p.firstResultAt.CompareAndSwap(0, time.Now().UnixNano())
 	br := p.r.br
+	// A publish waits (bridge backpressure) at most until the lease ends,
+	// or the pull loop, blocked behind this sink, could never find out
+	// that the partition moved.
+	var ctx context.Context
+	cancel := context.CancelFunc(func() {})
+	defer func() { cancel() }()
+	leased := func() {
+		cancel()
+		ctx, cancel = context.WithDeadline(t.pubCtx, time.Unix(0, t.lease.Load()))
+	}
+	leased()
 	for i := range rs {
 		r := &rs[i]
 		t.buf = r.AppendJSON(t.buf[:0])
-		if err := br.Publish(t.pubCtx, t.subjects[r.Type], r.Key(), t.buf); err != nil {
+		err := br.Publish(ctx, t.subjects[r.Type], r.Key(), t.buf)
+		for errors.Is(err, context.DeadlineExceeded) && time.Now().UnixNano() < t.lease.Load() {
+			leased() // the lease was renewed meanwhile
+			err = br.Publish(ctx, t.subjects[r.Type], r.Key(), t.buf)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				t.fence()
+				p.dropped.Add(uint64(len(rs) - i))
+				return
+			}
 			p.dropped.Add(1)
 			continue
 		}
