@@ -110,8 +110,9 @@ type JetStream struct {
 	// lets the survivors own them all when one instance dies. Default 0:
 	// no limit.
 	MaxOwned int
-	// Replicas of the positions stream (when created here) and of the
-	// checkpoint bucket and object store. Default 3; 1 to 5.
+	// Replicas of the positions stream (when created here), the results
+	// stream and courier bucket, and the checkpoint bucket and object
+	// store. Default 3; 1 to 5.
 	Replicas int
 	// Instance names this process in ownership records, logs and metrics;
 	// it must differ between the instances of a market. Default empty:

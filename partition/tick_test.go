@@ -2,6 +2,9 @@ package partition
 
 import (
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -45,6 +48,7 @@ func TestIdleTicks(t *testing.T) {
 		return out
 	}
 	waitFor(t, 60*time.Second, "every courier's last session closed by idle ticks", func() bool { return len(closed()) == couriers })
+	checkHTTP(t, a.r)
 	a.Stop()
 	ticks := 0
 	for _, m := range readPartition(t, pub, cfg.JetStream.Stream, cfg.JetStream.PartitionSubject(0)) {
@@ -62,6 +66,42 @@ func TestIdleTicks(t *testing.T) {
 		t.Errorf("%d differences, first ones:", len(diffs))
 		for _, d := range diffs[:min(len(diffs), 10)] {
 			t.Error(d)
+		}
+	}
+}
+
+// checkHTTP reads the runner's /readyz and /metrics while it owns
+// partition 0 of a single-partition market.
+func checkHTTP(t *testing.T, r *Runner) {
+	t.Helper()
+	srv := httptest.NewServer(r.Handler())
+	defer srv.Close()
+	get := func(path string) (int, string) {
+		res, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	code, body := get("/readyz")
+	var ready struct {
+		Ready      bool     `json:"ready"`
+		Partitions []Status `json:"partitions"`
+	}
+	if err := json.Unmarshal([]byte(body), &ready); err != nil || code != http.StatusOK || !ready.Ready ||
+		len(ready.Partitions) != 1 || !ready.Partitions[0].Owned || ready.Partitions[0].Processed == 0 {
+		t.Errorf("/readyz: %d %s (%v)", code, body, err)
+	}
+	_, metrics := get("/metrics")
+	for _, want := range []string{
+		`edgeproc_partition_owned{instance="a",market="girona",partition="0"} 1`,
+		`edgeproc_partition_checkpoint_sequence{instance="a",market="girona",partition="0"}`,
+		`edgeproc_partition_lag_messages{instance="a",market="girona",partition="0"} 0`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
 		}
 	}
 }
