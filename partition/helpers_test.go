@@ -16,7 +16,6 @@ import (
 	"github.com/km0/edgeproc/engine"
 	"github.com/km0/edgeproc/internal/testenv"
 	"github.com/km0/edgeproc/result"
-	"github.com/km0/edgeproc/service"
 )
 
 // mapping is the server-side subject mapping of the deployment in
@@ -259,7 +258,7 @@ func reference(t testing.TB, nc *nats.Conn, cfg config.Config) map[string]string
 	t.Helper()
 	want := map[string]string{}
 	for n := range cfg.JetStream.Partitions {
-		ecfg := service.EngineConfig(cfg)
+		ecfg := engineConfig(cfg)
 		ecfg.Shards = 1
 		subject := cfg.JetStream.PartitionSubject(n)
 		ecfg.Topic = natsToMQTT(subject[:len(subject)-1]) + "+"

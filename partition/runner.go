@@ -141,7 +141,7 @@ func New(cfg config.Config, deps Deps) (*Runner, error) {
 		cfg: cfg, deps: deps, inst: inst, start: time.Now(), ready: make(chan struct{}),
 		log: deps.Log.With("market", cfg.Market, "instance", inst),
 	}
-	r.ecfg = service.EngineConfig(cfg)
+	r.ecfg = engineConfig(cfg)
 	r.ecfg.Shards = deps.Shards
 	for n := range cfg.JetStream.Partitions {
 		r.parts = append(r.parts, newPart(r, n))
@@ -303,6 +303,11 @@ func (r *Runner) setup(ctx context.Context) error {
 	}
 	return nil
 }
+
+// engineConfig is a partition's engine configuration: the market's, as for
+// the single-process source (Topic, Shards and OnPosition are set per
+// partition).
+func engineConfig(cfg config.Config) engine.Config { return service.EngineConfig(cfg) }
 
 func checkpointBucket(market string) string { return "edgeproc_ckpt_" + market }
 func snapshotBucket(market string) string   { return "edgeproc_snap_" + market }
