@@ -50,7 +50,9 @@ func (c Config) validate() []*FieldError {
 	if !slices.Contains(Sources, c.Source) {
 		v.add("source", c.Source, ErrInvalid, "must be one of "+strings.Join(Sources, ", "))
 	}
-	c.JetStream.validate(&v)
+	if c.Source == "jetstream" { // an unused section need not be complete
+		c.JetStream.validate(&v)
+	}
 	c.MQTT.validate(&v)
 	c.NATS.validate(&v)
 	c.Windows.validate(&v)

@@ -38,6 +38,7 @@ func wantOneFieldError(t *testing.T, src, field string, sentinel error) *FieldEr
 
 func TestValidate_Rules(t *testing.T) {
 	const m = "market: girona\n"
+	const j = m + "source: jetstream\n"
 	tests := []struct {
 		name, src, field string
 		err              error
@@ -52,22 +53,22 @@ func TestValidate_Rules(t *testing.T) {
 
 		// source and jetstream
 		{"source unknown", m + "source: kafka\n", "source", ErrInvalid},
-		{"subject without partition", m + "jetstream:\n  subject: part.girona.*\n", "jetstream.subject", ErrInvalid},
-		{"subject with two partitions", m + "jetstream:\n  subject: p.{partition}.{partition}.*\n", "jetstream.subject", ErrInvalid},
-		{"subject not ending in courier wildcard", m + "jetstream:\n  subject: part.{partition}.x\n", "jetstream.subject", ErrInvalid},
-		{"subject partition inside a token", m + "jetstream:\n  subject: part.p{partition}.*\n", "jetstream.subject", ErrInvalid},
-		{"subject empty token", m + "jetstream:\n  subject: part..{partition}.*\n", "jetstream.subject", ErrInvalid},
-		{"subject inner wildcard", m + "jetstream:\n  subject: part.*.{partition}.*\n", "jetstream.subject", ErrInvalid},
-		{"partitions zero", m + "jetstream:\n  partitions: 0\n", "jetstream.partitions", ErrOutOfRange},
-		{"partitions too many", m + "jetstream:\n  partitions: 1025\n", "jetstream.partitions", ErrOutOfRange},
-		{"consumer with dot", m + "jetstream:\n  consumer: a.b\n", "jetstream.consumer", ErrInvalid},
-		{"stream with space", m + "jetstream:\n  stream: 'a b'\n", "jetstream.stream", ErrInvalid},
-		{"pin_ttl zero", m + "jetstream:\n  pin_ttl: 0s\n", "jetstream.pin_ttl", ErrNotPositive},
-		{"pin_ttl below a second", m + "jetstream:\n  pin_ttl: 500ms\n", "jetstream.pin_ttl", ErrOutOfRange},
-		{"max_owned negative", m + "jetstream:\n  max_owned: -1\n", "jetstream.max_owned", ErrOutOfRange},
-		{"replicas zero", m + "jetstream:\n  replicas: 0\n", "jetstream.replicas", ErrOutOfRange},
-		{"replicas six", m + "jetstream:\n  replicas: 6\n", "jetstream.replicas", ErrOutOfRange},
-		{"instance with control character", m + "jetstream:\n  instance: \"a\\tb\"\n", "jetstream.instance", ErrInvalid},
+		{"subject without partition", j + "jetstream:\n  subject: part.girona.*\n", "jetstream.subject", ErrInvalid},
+		{"subject with two partitions", j + "jetstream:\n  subject: p.{partition}.{partition}.*\n", "jetstream.subject", ErrInvalid},
+		{"subject not ending in courier wildcard", j + "jetstream:\n  subject: part.{partition}.x\n", "jetstream.subject", ErrInvalid},
+		{"subject partition inside a token", j + "jetstream:\n  subject: part.p{partition}.*\n", "jetstream.subject", ErrInvalid},
+		{"subject empty token", j + "jetstream:\n  subject: part..{partition}.*\n", "jetstream.subject", ErrInvalid},
+		{"subject inner wildcard", j + "jetstream:\n  subject: part.*.{partition}.*\n", "jetstream.subject", ErrInvalid},
+		{"partitions zero", j + "jetstream:\n  partitions: 0\n", "jetstream.partitions", ErrOutOfRange},
+		{"partitions too many", j + "jetstream:\n  partitions: 1025\n", "jetstream.partitions", ErrOutOfRange},
+		{"consumer with dot", j + "jetstream:\n  consumer: a.b\n", "jetstream.consumer", ErrInvalid},
+		{"stream with space", j + "jetstream:\n  stream: 'a b'\n", "jetstream.stream", ErrInvalid},
+		{"pin_ttl zero", j + "jetstream:\n  pin_ttl: 0s\n", "jetstream.pin_ttl", ErrNotPositive},
+		{"pin_ttl below a second", j + "jetstream:\n  pin_ttl: 500ms\n", "jetstream.pin_ttl", ErrOutOfRange},
+		{"max_owned negative", j + "jetstream:\n  max_owned: -1\n", "jetstream.max_owned", ErrOutOfRange},
+		{"replicas zero", j + "jetstream:\n  replicas: 0\n", "jetstream.replicas", ErrOutOfRange},
+		{"replicas six", j + "jetstream:\n  replicas: 6\n", "jetstream.replicas", ErrOutOfRange},
+		{"instance with control character", j + "jetstream:\n  instance: \"a\\tb\"\n", "jetstream.instance", ErrInvalid},
 
 		// windows
 		{"size zero", m + "windows:\n  size: 0s\n", "windows.size", ErrNotPositive},
@@ -275,5 +276,18 @@ func TestJetStream_PartitionSubject(t *testing.T) {
 		if got := j.PartitionSubject(n); got != want {
 			t.Errorf("PartitionSubject(%d) = %q, want %q", n, got, want)
 		}
+	}
+}
+
+func TestValidate_JetStreamSectionOnlyForItsSource(t *testing.T) {
+	c := Default() // built in code: no market-derived jetstream names
+	c.Market, c.MQTT.Topic, c.MQTT.ClientID, c.NATS.Stream, c.State.Dir = "girona", "km0/girona/positions/+", "edgeproc-girona", "EDGEPROC_GIRONA", "./state/girona"
+	if err := c.Validate(); err != nil {
+		t.Fatalf("mqtt source with an empty jetstream section: %v", err)
+	}
+	c.Source = "jetstream"
+	fes := FieldErrors(c.Validate())
+	if len(fes) == 0 || fes[0].Field != "jetstream.stream" {
+		t.Fatalf("jetstream source with an empty jetstream section: %v", fes)
 	}
 }
