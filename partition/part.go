@@ -295,8 +295,10 @@ func (p *part) maybeCheckpoint() {
 // a message of the partition's stream like any other, so its stream
 // timestamp is the processing time at which the idle rule is applied, by
 // this owner and by any successor replaying the stream: the idle rule is a
-// function of the stream too. Deaf is not silent: a new owner waits
-// idle_timeout after taking over before its first tick.
+// function of the stream too. It is called after a pull request that found
+// nothing, so ticks come at most every idle_timeout/10 and in practice once
+// per pull wait. Deaf is not silent: a new owner waits idle_timeout after
+// taking over before its first tick.
 func (p *part) maybeTick(ctx context.Context) {
 	idle := p.r.cfg.Windows.IdleTimeout
 	if idle <= 0 {
