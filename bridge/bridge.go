@@ -268,6 +268,7 @@ func (b *Bridge) createBucket(ctx context.Context) error {
 		Description: "edgeproc courier state of market " + b.cfg.Market,
 		History:     1,
 		Storage:     jetstream.FileStorage,
+		Replicas:    b.cfg.Replicas,
 	}); err != nil {
 		return fmt.Errorf("create or update kv bucket %s: %w", b.cfg.KVBucket, err)
 	}

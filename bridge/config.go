@@ -119,6 +119,9 @@ type Config struct {
 	// CellResolution is the H3 resolution (0..15) used by ComputeCell.
 	// Default 0, so set it with ComputeCell (the contract's default is 9).
 	CellResolution int
+	// Replicas of the stream and the bucket on a JetStream cluster.
+	// Default 0: the server's (1).
+	Replicas int
 }
 
 // Resolved returns c with every default applied: the stream and bucket
@@ -244,6 +247,7 @@ func (c Config) streamConfig() jetstream.StreamConfig {
 		MaxAge:      max(c.MaxAge, 0), // JetStream's 0 is no age bound
 		MaxBytes:    max(c.MaxBytes, -1),
 		MaxMsgs:     -1,
+		Replicas:    c.Replicas,
 	}
 	return sc
 }

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -29,16 +30,21 @@ const (
 type Config struct {
 	// Market names the market in subjects, keys and defaults. Required,
 	// [a-z0-9_-]{1,32}.
-	Market   string
-	MQTT     MQTT
-	NATS     NATS
-	Windows  Windows
-	Distance Distance
-	Geo      Geo
-	State    State
-	HTTP     HTTP
-	Limits   Limits
-	Log      Log
+	Market string
+	// Source is where positions come from (yaml source): "mqtt" (the
+	// MQTT section, a local write-ahead log) or "jetstream" (a stream's
+	// partition subjects, see JetStream). Default "mqtt".
+	Source    string
+	MQTT      MQTT
+	JetStream JetStream
+	NATS      NATS
+	Windows   Windows
+	Distance  Distance
+	Geo       Geo
+	State     State
+	HTTP      HTTP
+	Limits    Limits
+	Log       Log
 }
 
 // MQTT is where positions come from (yaml key mqtt).
@@ -75,6 +81,70 @@ type MQTT struct {
 	// broker's message_size_limit at or below it. Default 1MiB; 1KiB to
 	// 256MiB.
 	MaxPacketSize int
+}
+
+// Sources are the accepted values of source.
+var Sources = []string{"mqtt", "jetstream"}
+
+// PartitionToken is the subject token of JetStream.Subject replaced by a
+// partition's number.
+const PartitionToken = "{partition}"
+
+// MaxPartitions bounds jetstream.partitions: each partition is a consumer,
+// an engine and a checkpoint.
+const MaxPartitions = 1024
+
+// JetStream is the partitioned stream source (yaml key jetstream), used
+// when Source is "jetstream". Positions are read from the stream by one
+// durable pull consumer per partition with the pinned_client priority
+// policy, so that one running instance owns each partition; the stream is
+// the log and checkpoints are kept in JetStream (see package partition).
+// NATS.URL is the server for both the positions and the results.
+type JetStream struct {
+	// Stream holds the positions (yaml stream). Created with Replicas
+	// replicas if missing. Default "POSITIONS_" + upper(MARKET), '-' -> '_'.
+	Stream string
+	// Subject is the subject pattern of one partition's positions (yaml
+	// subject): dot-separated tokens, one of them exactly "{partition}"
+	// (the partition number, 0 to Partitions-1) and the last one "*" (the
+	// courier id). It must agree with the server's subject mapping, e.g.
+	// "km0.*.positions.*": "part.{{wildcard(1)}}.{{partition(4,2)}}.{{wildcard(2)}}".
+	// Default "part.MARKET.{partition}.*".
+	Subject string
+	// Partitions is the number of partitions, the N of the mapping's
+	// partition(N, ...). Default 1; 1 to 1024. Changing it reassigns
+	// couriers: start from empty checkpoints (see docs/scale-out.md).
+	Partitions int
+	// Consumer names the durable consumers (yaml consumer): partition n's is
+	// CONSUMER-n. Default "edgeproc-MARKET".
+	Consumer string
+	// PinTTL is how long a partition's owner may go without asking for
+	// messages before the server unpins it and another instance takes over
+	// (yaml pin_ttl): the takeover delay after an owner dies. Default 10s;
+	// at least 1s, whole milliseconds.
+	PinTTL time.Duration
+	// MaxOwned is the most partitions this instance owns at once (yaml
+	// max_owned); at the limit it stops asking for the others, so that they
+	// go to instances with room. The pinned_client policy does not balance
+	// by itself: the first instance to ask gets a free partition. With I
+	// instances, ceil(Partitions/(I-1)) spreads the partitions and still
+	// lets the survivors own them all when one instance dies. Default 0:
+	// no limit.
+	MaxOwned int
+	// Replicas of the positions stream (when created here), the results
+	// stream and courier bucket, and the checkpoint bucket and object
+	// store. Default 3; 1 to 5.
+	Replicas int
+	// Instance names this process in ownership records, logs and metrics;
+	// it must differ between the instances of a market. Default empty:
+	// the host name and process id.
+	Instance string
+}
+
+// PartitionSubject is the filter subject of partition n's positions:
+// Subject with "{partition}" replaced by n.
+func (j JetStream) PartitionSubject(n int) string {
+	return strings.Replace(j.Subject, PartitionToken, strconv.Itoa(n), 1)
 }
 
 // NATS is where results go (yaml key nats).
@@ -264,10 +334,16 @@ var LogLevels = []string{"debug", "info", "warn", "error"}
 
 // Default returns the configuration with every default of contract §6 set
 // and Market empty. The market-derived values (mqtt.topic, mqtt.client_id,
-// nats.stream, state.dir) are left empty: Parse fills them once the market
-// is known, where the file did not set them.
+// nats.stream, state.dir and the jetstream stream, subject and consumer)
+// are left empty: Parse fills them once the market is known, where the file did not set them.
 func Default() Config {
 	return Config{
+		Source: "mqtt",
+		JetStream: JetStream{
+			Partitions: 1,
+			PinTTL:     10 * time.Second,
+			Replicas:   3,
+		},
 		MQTT: MQTT{
 			URL:           "mqtt://127.0.0.1:1883",
 			SessionExpiry: 24 * time.Hour,
@@ -460,6 +536,9 @@ func (c *Config) fillMarketDefaults(set map[string]int) []string {
 	fill("mqtt.client_id", &c.MQTT.ClientID, "edgeproc-"+c.Market)
 	fill("nats.stream", &c.NATS.Stream, "EDGEPROC_"+strings.ReplaceAll(strings.ToUpper(c.Market), "-", "_"))
 	fill("state.dir", &c.State.Dir, "./state/"+c.Market)
+	fill("jetstream.stream", &c.JetStream.Stream, "POSITIONS_"+strings.ReplaceAll(strings.ToUpper(c.Market), "-", "_"))
+	fill("jetstream.subject", &c.JetStream.Subject, "part."+c.Market+"."+PartitionToken+".*")
+	fill("jetstream.consumer", &c.JetStream.Consumer, "edgeproc-"+c.Market)
 	return filled
 }
 

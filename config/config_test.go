@@ -20,10 +20,20 @@ func mustParse(tb testing.TB, src string) Config {
 	return c
 }
 
+// jetStreamDefaults is the jetstream section a file without one gets.
+func jetStreamDefaults(upper, market string) JetStream {
+	return JetStream{
+		Stream: "POSITIONS_" + upper, Subject: "part." + market + ".{partition}.*", Partitions: 1,
+		Consumer: "edgeproc-" + market, PinTTL: 10 * time.Second, Replicas: 3,
+	}
+}
+
 // contractGirona is contract §6 with the project's distance defaults.
 func contractGirona() Config {
 	return Config{
-		Market: "girona",
+		Market:    "girona",
+		Source:    "mqtt",
+		JetStream: jetStreamDefaults("GIRONA", "girona"),
 		MQTT: MQTT{
 			URL:           "mqtt://127.0.0.1:1883",
 			Topic:         "km0/girona/positions/+",
@@ -63,6 +73,7 @@ func TestDefault_MatchesContract(t *testing.T) {
 	want := contractGirona()
 	want.Market = ""
 	want.MQTT.Topic, want.MQTT.ClientID, want.NATS.Stream, want.State.Dir = "", "", "", ""
+	want.JetStream.Stream, want.JetStream.Subject, want.JetStream.Consumer = "", "", ""
 	if got := Default(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Default():\n got %+v\nwant %+v", got, want)
 	}
@@ -89,6 +100,7 @@ func TestParse_OnlyMarketGetsAllDefaults(t *testing.T) {
 			c.MQTT.ClientID = "edgeproc-costa-brava"
 			c.NATS.Stream = "EDGEPROC_COSTA_BRAVA"
 			c.State.Dir = "./state/costa-brava"
+			c.JetStream = jetStreamDefaults("COSTA_BRAVA", "costa-brava")
 			return c
 		}},
 		{"null sections and null keys keep defaults", "market: girona\nmqtt:\nwindows: ~\nnats:\n  stream:\n", contractGirona},
@@ -116,7 +128,9 @@ func TestLoad_Testdata(t *testing.T) {
 	girona.Distance.MinMoveM, girona.Distance.MaxSpeedKmh = 0, 0
 
 	valencia := Config{
-		Market: "valencia",
+		Market:    "valencia",
+		Source:    "mqtt",
+		JetStream: jetStreamDefaults("VALENCIA", "valencia"),
 		MQTT: MQTT{
 			URL:           "mqtts://127.0.0.1:8883",
 			Topic:         "km0/valencia/positions/+",

@@ -86,6 +86,17 @@ func (d *decoder) decode(r io.Reader, c *Config) {
 	d.fatal = false
 	d.mapping("", root, []field{
 		{"market", d.str(&c.Market)},
+		{"source", d.str(&c.Source)},
+		{"jetstream", d.section([]field{
+			{"stream", d.str(&c.JetStream.Stream)},
+			{"subject", d.str(&c.JetStream.Subject)},
+			{"partitions", d.int(&c.JetStream.Partitions)},
+			{"consumer", d.str(&c.JetStream.Consumer)},
+			{"pin_ttl", d.duration(&c.JetStream.PinTTL)},
+			{"max_owned", d.int(&c.JetStream.MaxOwned)},
+			{"replicas", d.int(&c.JetStream.Replicas)},
+			{"instance", d.str(&c.JetStream.Instance)},
+		})},
 		{"mqtt", d.section([]field{
 			{"url", d.str(&c.MQTT.URL)},
 			{"topic", d.str(&c.MQTT.Topic)},

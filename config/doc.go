@@ -8,6 +8,16 @@
 // value is null (`topic:` with nothing after it) keeps its default.
 //
 //	market: girona                  # required, [a-z0-9_-]{1,32}
+//	source: mqtt                    # mqtt (default) or jetstream: the partitioned stream below
+//	jetstream:                      # only used with source: jetstream (docs/scale-out.md)
+//	  stream: POSITIONS_GIRONA      # default POSITIONS_ + upper(MARKET); created if missing
+//	  subject: part.girona.{partition}.*  # default part.MARKET.{partition}.*; last token the courier
+//	  partitions: 4                 # 1..1024, the N of the server's partition(N, ...) mapping
+//	  consumer: edgeproc-girona     # durable consumers CONSUMER-0 ... CONSUMER-(N-1)
+//	  pin_ttl: 10s                  # >= 1s; an owner silent this long loses its partitions
+//	  max_owned: 2                  # most partitions owned at once; 0 = no limit
+//	  replicas: 3                   # 1..5; stream (if created here), checkpoint bucket and store
+//	  instance: edgeproc-a          # this instance's name; default host name and pid
 //	mqtt:
 //	  url: mqtt://127.0.0.1:1883    # mqtt://, mqtts:// (TLS) or "embedded"
 //	  topic: km0/girona/positions/+ # default km0/MARKET/positions/+

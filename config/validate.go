@@ -47,6 +47,12 @@ func (c Config) validate() []*FieldError {
 	case !marketRe.MatchString(c.Market):
 		v.add("market", c.Market, ErrInvalid, "must be 1 to 32 of [a-z0-9_-]")
 	}
+	if !slices.Contains(Sources, c.Source) {
+		v.add("source", c.Source, ErrInvalid, "must be one of "+strings.Join(Sources, ", "))
+	}
+	if c.Source == "jetstream" { // an unused section need not be complete
+		c.JetStream.validate(&v)
+	}
 	c.MQTT.validate(&v)
 	c.NATS.validate(&v)
 	c.Windows.validate(&v)
@@ -154,12 +160,7 @@ func (n NATS) validate(v *validator) {
 		v.add("nats.subject_prefix", n.SubjectPrefix, ErrInvalid, reason)
 	}
 	v.envName("nats.creds_env", n.CredsEnv)
-	switch {
-	case n.Stream == "":
-		v.add("nats.stream", "", ErrRequired, "")
-	case strings.ContainsAny(n.Stream, ".*>/\\") || strings.IndexFunc(n.Stream, notGraphic) >= 0:
-		v.add("nats.stream", n.Stream, ErrInvalid, `must not contain spaces, control characters or any of . * > / \`)
-	}
+	v.name("nats.stream", n.Stream)
 	dupOK := v.millis("nats.duplicate_window", n.DuplicateWindow, true)
 	v.millis("nats.kv_interval", n.KVInterval, true)
 	switch {
@@ -175,6 +176,69 @@ func (n NATS) validate(v *validator) {
 	if n.MaxBytes < 0 {
 		v.add("nats.max_bytes", strconv.FormatInt(n.MaxBytes, 10), ErrNegative, "must not be negative (0 = no size bound)")
 	}
+}
+
+func (j JetStream) validate(v *validator) {
+	v.name("jetstream.stream", j.Stream)
+	if j.Subject == "" {
+		v.add("jetstream.subject", "", ErrRequired, "")
+	} else if reason := partitionSubjectProblem(j.Subject); reason != "" {
+		v.add("jetstream.subject", j.Subject, ErrInvalid, reason)
+	}
+	if j.Partitions < 1 || j.Partitions > MaxPartitions {
+		v.add("jetstream.partitions", strconv.Itoa(j.Partitions), ErrOutOfRange, fmt.Sprintf("must be between 1 and %d", MaxPartitions))
+	}
+	v.name("jetstream.consumer", j.Consumer)
+	if v.millis("jetstream.pin_ttl", j.PinTTL, true) && j.PinTTL < time.Second {
+		v.add("jetstream.pin_ttl", j.PinTTL.String(), ErrOutOfRange, "must be at least 1s: the owner renews its pin several times per ttl")
+	}
+	if j.MaxOwned < 0 || j.MaxOwned > MaxPartitions {
+		v.add("jetstream.max_owned", strconv.Itoa(j.MaxOwned), ErrOutOfRange, fmt.Sprintf("must be between 0 (no limit) and %d", MaxPartitions))
+	}
+	if j.Replicas < 1 || j.Replicas > 5 {
+		v.add("jetstream.replicas", strconv.Itoa(j.Replicas), ErrOutOfRange, "must be between 1 and 5")
+	}
+	if !printable(j.Instance) || len(j.Instance) > 128 {
+		v.add("jetstream.instance", j.Instance, ErrInvalid, "must be printable UTF-8 of at most 128 bytes")
+	}
+}
+
+// name checks a JetStream stream or consumer name.
+func (v *validator) name(field, s string) {
+	switch {
+	case s == "":
+		v.add(field, "", ErrRequired, "")
+	case len(s) > 200:
+		v.add(field, s, ErrInvalid, "must be at most 200 bytes")
+	case strings.ContainsAny(s, ".*>/\\") || strings.IndexFunc(s, notGraphic) >= 0:
+		v.add(field, s, ErrInvalid, `must not contain spaces, control characters or any of . * > / \`)
+	}
+}
+
+// partitionSubjectProblem returns why s is not a partition subject pattern
+// (valid tokens, exactly one "{partition}", the last one "*"), or "".
+func partitionSubjectProblem(s string) string {
+	toks := strings.Split(s, ".")
+	if len(toks) < 2 || toks[len(toks)-1] != "*" {
+		return `the last token must be "*" (the courier id)`
+	}
+	n := 0
+	for _, tok := range toks[:len(toks)-1] {
+		switch {
+		case tok == PartitionToken:
+			n++
+		case tok == "":
+			return "empty token: no leading, trailing or double dots"
+		case strings.ContainsAny(tok, "*>{}"):
+			return `only the last token may be a wildcard, and "{partition}" must be a whole token`
+		case strings.IndexFunc(tok, notGraphic) >= 0:
+			return "spaces and control characters are not allowed"
+		}
+	}
+	if n != 1 {
+		return `must hold the token "{partition}" exactly once`
+	}
+	return ""
 }
 
 func (w Windows) validate(v *validator) {

@@ -38,6 +38,7 @@ func wantOneFieldError(t *testing.T, src, field string, sentinel error) *FieldEr
 
 func TestValidate_Rules(t *testing.T) {
 	const m = "market: girona\n"
+	const j = m + "source: jetstream\n"
 	tests := []struct {
 		name, src, field string
 		err              error
@@ -49,6 +50,25 @@ func TestValidate_Rules(t *testing.T) {
 		{"market too long", "market: " + strings.Repeat("a", 33) + "\n", "market", ErrInvalid},
 		{"market with space", "market: 'gi rona'\n", "market", ErrInvalid},
 		{"market with dot", "market: gi.rona\n", "market", ErrInvalid},
+
+		// source and jetstream
+		{"source unknown", m + "source: kafka\n", "source", ErrInvalid},
+		{"subject without partition", j + "jetstream:\n  subject: part.girona.*\n", "jetstream.subject", ErrInvalid},
+		{"subject with two partitions", j + "jetstream:\n  subject: p.{partition}.{partition}.*\n", "jetstream.subject", ErrInvalid},
+		{"subject not ending in courier wildcard", j + "jetstream:\n  subject: part.{partition}.x\n", "jetstream.subject", ErrInvalid},
+		{"subject partition inside a token", j + "jetstream:\n  subject: part.p{partition}.*\n", "jetstream.subject", ErrInvalid},
+		{"subject empty token", j + "jetstream:\n  subject: part..{partition}.*\n", "jetstream.subject", ErrInvalid},
+		{"subject inner wildcard", j + "jetstream:\n  subject: part.*.{partition}.*\n", "jetstream.subject", ErrInvalid},
+		{"partitions zero", j + "jetstream:\n  partitions: 0\n", "jetstream.partitions", ErrOutOfRange},
+		{"partitions too many", j + "jetstream:\n  partitions: 1025\n", "jetstream.partitions", ErrOutOfRange},
+		{"consumer with dot", j + "jetstream:\n  consumer: a.b\n", "jetstream.consumer", ErrInvalid},
+		{"stream with space", j + "jetstream:\n  stream: 'a b'\n", "jetstream.stream", ErrInvalid},
+		{"pin_ttl zero", j + "jetstream:\n  pin_ttl: 0s\n", "jetstream.pin_ttl", ErrNotPositive},
+		{"pin_ttl below a second", j + "jetstream:\n  pin_ttl: 500ms\n", "jetstream.pin_ttl", ErrOutOfRange},
+		{"max_owned negative", j + "jetstream:\n  max_owned: -1\n", "jetstream.max_owned", ErrOutOfRange},
+		{"replicas zero", j + "jetstream:\n  replicas: 0\n", "jetstream.replicas", ErrOutOfRange},
+		{"replicas six", j + "jetstream:\n  replicas: 6\n", "jetstream.replicas", ErrOutOfRange},
+		{"instance with control character", j + "jetstream:\n  instance: \"a\\tb\"\n", "jetstream.instance", ErrInvalid},
 
 		// windows
 		{"size zero", m + "windows:\n  size: 0s\n", "windows.size", ErrNotPositive},
@@ -196,6 +216,7 @@ func TestValidate_Accepts(t *testing.T) {
 		{"board off", m + "http:\n  board: false\n"},
 		{"board_tiles http", m + "http:\n  board_tiles: 'http://10.0.0.5:8080/{z}/{x}/{y}.png'\n"},
 		{"board_tiles path", m + "http:\n  board_tiles: '/tiles/{z}/{x}/{y}.png'\n"},
+		{"jetstream source", m + "source: jetstream\njetstream:\n  subject: km0.{partition}.girona.*\n  partitions: 1024\n  pin_ttl: 1s\n  replicas: 1\n  instance: edgeproc-a\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -298,5 +319,27 @@ func TestValidate_Retention(t *testing.T) {
 	c.NATS.MaxAge, c.NATS.MaxBytes = 0, 0 // unbounded, as JetStream's own default
 	if err := c.Validate(); err != nil {
 		t.Fatalf("unbounded retention: got %v, want nil", err)
+	}
+}
+
+func TestJetStream_PartitionSubject(t *testing.T) {
+	j := JetStream{Subject: "part.girona.{partition}.*"}
+	for n, want := range map[int]string{0: "part.girona.0.*", 3: "part.girona.3.*", 1023: "part.girona.1023.*"} {
+		if got := j.PartitionSubject(n); got != want {
+			t.Errorf("PartitionSubject(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+func TestValidate_JetStreamSectionOnlyForItsSource(t *testing.T) {
+	c := Default() // built in code: no market-derived jetstream names
+	c.Market, c.MQTT.Topic, c.MQTT.ClientID, c.NATS.Stream, c.State.Dir = "girona", "km0/girona/positions/+", "edgeproc-girona", "EDGEPROC_GIRONA", "./state/girona"
+	if err := c.Validate(); err != nil {
+		t.Fatalf("mqtt source with an empty jetstream section: %v", err)
+	}
+	c.Source = "jetstream"
+	fes := FieldErrors(c.Validate())
+	if len(fes) == 0 || fes[0].Field != "jetstream.stream" {
+		t.Fatalf("jetstream source with an empty jetstream section: %v", fes)
 	}
 }

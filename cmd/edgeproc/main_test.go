@@ -45,6 +45,11 @@ func TestRun_ExitCodes(t *testing.T) {
 		{[]string{"health", "--timeout", "2s", "http://127.0.0.1:1/healthz"}, 1, "", "edgeproc health: Get "},
 		{[]string{"sim", "--market", "girona", "--mqtt", "mqtt://127.0.0.1:1", "--duration", "300ms"}, 1, "", "edgeproc sim: connect to mqtt://127.0.0.1:1 within 300ms"},
 		{[]string{"run", "--config", "../../examples/girona.yaml", "--log-level", "loud"}, 2, "", `log level "loud"`},
+		// Three instances of one market: three processes, so one file each.
+		{[]string{"check-config", "../../examples/scale-out/girona-a.yaml"}, 0, "ok (market girona)", ""},
+		{[]string{"check-config", "../../examples/scale-out/girona-b.yaml"}, 0, "ok (market girona)", ""},
+		{[]string{"check-config", "../../examples/scale-out/girona-c.yaml"}, 0, "ok (market girona)", ""},
+		{[]string{"run", "--config", "../../examples/scale-out/girona-a.yaml", "--config", "../../examples/valencia.yaml"}, 2, "", "runs alone in its process"},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {

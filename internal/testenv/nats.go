@@ -104,6 +104,13 @@ func (n *NATS) start() {
 // connection does. It is closed when the test ends.
 func (n *NATS) Connect(tb testing.TB, opts ...nats.Option) *nats.Conn {
 	tb.Helper()
+	return connect(tb, n.URL(), opts)
+}
+
+// connect opens a connection to url that reconnects forever (every 50 ms)
+// and is closed when the test ends; opts come after the defaults.
+func connect(tb testing.TB, url string, opts []nats.Option) *nats.Conn {
+	tb.Helper()
 	opts = append([]nats.Option{
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(50 * time.Millisecond),
@@ -112,9 +119,9 @@ func (n *NATS) Connect(tb testing.TB, opts ...nats.Option) *nats.Conn {
 		// server is down) to stderr; tests assert on outcomes instead.
 		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}),
 	}, opts...)
-	nc, err := nats.Connect(n.URL(), opts...)
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		tb.Fatalf("connect to %s: %v", n.URL(), err)
+		tb.Fatalf("connect to %s: %v", url, err)
 	}
 	tb.Cleanup(nc.Close)
 	return nc

@@ -1,0 +1,143 @@
+package partition
+
+import (
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/km0/edgeproc/internal/testenv"
+)
+
+// cpuTime is the process's user + system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkInstances: a backlog of a city fleet (2000 couriers, one
+// position every ~5 s each) stored in six partitions of one embedded NATS
+// node, then drained by 1, 2 or 3 instances of the market in this process
+// (max_owned ceil(6/k)). It reports positions/s from the first instance's
+// start to the last partition applied, and CPU per position of the whole
+// process (instances and NATS server together). Run with -benchtime=1x.
+func BenchmarkInstances(b *testing.B) {
+	const partitions = 6
+	for _, k := range []int{1, 2, 3} {
+		b.Run(fmt.Sprintf("instances=%d", k), func(b *testing.B) {
+			for range b.N {
+				b.StopTimer()
+				ns := testenv.StartNATSWithMappings(b, mapping(partitions))
+				market := fmt.Sprintf("bench%d", k)
+				cfg := testConfig(b, ns.URL(), partitions, "")
+				cfg.Market = market
+				cfg.JetStream.Stream, cfg.JetStream.Consumer = "POSITIONS_"+strings.ToUpper(market), "edgeproc-"+market
+				cfg.JetStream.Subject = "part." + market + ".{partition}.*"
+				cfg.NATS.Stream = "EDGEPROC_" + strings.ToUpper(market)
+				cfg.State.CheckpointInterval = 5 * time.Second
+				if k > 1 {
+					cfg.JetStream.MaxOwned = (partitions + k - 1) / k
+				}
+				// The stream first (an instance creates it; this one only sets up).
+				setup := startInstance(b, cfg, ns.Connect(b), "setup", nil)
+				waitFor(b, 30*time.Second, "set-up", setup.r.Ready)
+				setup.Stop()
+				msgs := testenv.FleetMessages(market, 2000, 4*time.Minute, 11, time.Now())
+				pub := ns.Connect(b)
+				publishFleet(b, pub, msgs, 1_000_000, nil)
+				last := lastSeqs(b, pub, cfg)
+
+				b.StartTimer()
+				start, cpu0 := time.Now(), cpuTime()
+				var ins []*instance
+				for i := range k {
+					ins = append(ins, startInstance(b, cfg, ns.Connect(b), fmt.Sprintf("i%d", i), nil))
+				}
+				var owned time.Time // every partition owned: the drain runs at full width
+				var processedThen uint64
+				waitFor(b, 5*time.Minute, "every partition applied", func() bool {
+					if owned.IsZero() && allOwned(ins, partitions) {
+						owned = time.Now()
+						processedThen = processed(ins)
+					}
+					return caughtUp(ins, last)
+				})
+				end := time.Now()
+				elapsed, cpu := end.Sub(start), cpuTime()-cpu0
+				b.StopTimer()
+				for _, in := range ins {
+					in.Stop()
+				}
+				b.ReportMetric(float64(len(msgs))/elapsed.Seconds(), "positions/s")
+				if d := end.Sub(owned).Seconds(); d > 0 && processedThen < uint64(len(msgs)) {
+					b.ReportMetric(float64(uint64(len(msgs))-processedThen)/d, "owned-positions/s")
+				}
+				b.ReportMetric(float64(cpu.Microseconds())/float64(len(msgs)), "cpu-µs/position")
+			}
+		})
+	}
+}
+
+// BenchmarkTakeover: two instances, two partitions, a fleet published at
+// 2000 positions/s with event time running 20 times faster than the clock
+// (so that windows fire every few seconds); the owner of partition 0 is
+// killed (cut off NATS) and the benchmark reports the time from the kill
+// to the survivor's claim and to its first published result, with pin_ttl
+// 2s. Run with -benchtime=1x.
+func BenchmarkTakeover(b *testing.B) {
+	for range b.N {
+		b.StopTimer()
+		ns := testenv.StartNATSWithMappings(b, mapping(2))
+		cfg := testConfig(b, ns.URL(), 2, "")
+		ins := []*instance{
+			startInstance(b, cfg, ns.Connect(b), "a", nil),
+			startInstance(b, cfg, ns.Connect(b), "b", nil),
+		}
+		for _, in := range ins {
+			waitFor(b, 30*time.Second, "ready", in.r.Ready)
+		}
+		msgs := testenv.FleetMessages("girona", 200, 20*time.Minute, 13, time.Now())
+		pub := ns.Connect(b)
+		var killed time.Time
+		var victim, survivor *instance
+		publishFleet(b, pub, msgs, 2000, func(done int) {
+			if victim == nil && done >= len(msgs)/2 {
+				victim, survivor = ins[0], ins[1]
+				if !victim.r.Status()[0].Owned {
+					victim, survivor = survivor, victim
+				}
+				killed = time.Now()
+				victim.Kill()
+			}
+		})
+		waitFor(b, 60*time.Second, "survivor's first result on partition 0", func() bool {
+			s := survivor.r.Status()[0]
+			return s.Owned && !s.FirstResultAt.IsZero() && s.AcquiredAt.After(killed)
+		})
+		s := survivor.r.Status()[0]
+		b.ReportMetric(s.AcquiredAt.Sub(killed).Seconds(), "s-to-claim")
+		b.ReportMetric(s.FirstResultAt.Sub(killed).Seconds(), "s-to-first-result")
+		survivor.Stop()
+	}
+}
+
+func allOwned(ins []*instance, partitions int) bool {
+	n := 0
+	for _, in := range ins {
+		n += ownedBy(in)
+	}
+	return n == partitions
+}
+
+// processed is the messages the instances applied so far.
+func processed(ins []*instance) uint64 {
+	var n uint64
+	for _, in := range ins {
+		for _, s := range in.r.Status() {
+			n += s.Applied
+		}
+	}
+	return n
+}

@@ -1,0 +1,146 @@
+package partition
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/km0/edgeproc/internal/testenv"
+)
+
+// TestClaim_FencesFormerOwner: once a second owner has claimed the
+// partition's checkpoint record, the first can record nothing, while the
+// second records and a third restores from its snapshot.
+func TestClaim_FencesFormerOwner(t *testing.T) {
+	ns := testenv.StartNATS(t)
+	cfg := testConfig(t, ns.URL(), 1, "")
+	r, err := New(cfg, Deps{Conn: ns.Connect(t), Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.nc = r.deps.Conn
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := r.setup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer r.br.Close(ctx)
+	p := r.parts[0]
+	now := time.Now()
+	a, err := p.claim(ctx, "pin-a", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.eng.Stop()
+	b, err := p.claim(ctx, "pin-b", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.eng.Stop()
+	if a.epoch != 1 || b.epoch != 2 {
+		t.Fatalf("epochs %d, %d; want 1, 2", a.epoch, b.epoch)
+	}
+	if err := a.record(7, []byte("stale")); !errors.Is(err, errFenced) || !a.fenced.Load() {
+		t.Fatalf("former owner's checkpoint: err %v, fenced %v; want errFenced and fenced", err, a.fenced.Load())
+	}
+	done := make(chan struct{})
+	if !b.checkpoint(func() { close(done) }) {
+		t.Fatal("checkpoint not started")
+	}
+	<-done
+	e, err := r.kv.Get(ctx, p.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec record
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		t.Fatal(err)
+	}
+	if rec.Epoch != 2 || rec.Pin != "pin-b" || rec.Object == "" {
+		t.Fatalf("record %+v; want epoch 2, pin-b, a snapshot", rec)
+	}
+	c, err := p.claim(ctx, "pin-c", now)
+	if err != nil {
+		t.Fatalf("claim from b's snapshot: %v", err)
+	}
+	c.eng.Stop()
+	if c.epoch != 3 || c.object != rec.Object {
+		t.Fatalf("third claim: epoch %d object %q; want 3, %q", c.epoch, c.object, rec.Object)
+	}
+}
+
+// TestPausedOwner_IsFenced pauses a partition's owner (its pull loop and
+// its sink, as SIGSTOP would) past the pin TTL: the standby instance takes
+// over, and the resumed owner publishes nothing more and records nothing,
+// while the results stream equals the replay of the partition.
+func TestPausedOwner_IsFenced(t *testing.T) {
+	ns := testenv.StartNATS(t)
+	cfg := testConfig(t, ns.URL(), 1, "")
+	var paused atomic.Bool
+	var resume sync.WaitGroup
+	resume.Add(1)
+	hold := func(int) {
+		if paused.Load() {
+			resume.Wait()
+		}
+	}
+	a := startInstance(t, cfg, ns.Connect(t), "a", hold)
+	waitFor(t, 30*time.Second, "a ready", a.r.Ready)
+	msgs := testenv.FleetMessages("girona", 40, 20*time.Minute, 3, time.Now())
+	for i := range msgs { // one partition: no mapping, the partition subject itself
+		msgs[i].Topic = strings.Replace(msgs[i].Topic, "km0/girona/positions/", "part/girona/0/", 1)
+	}
+	pub := ns.Connect(t)
+	half := len(msgs) / 2
+	publishFleet(t, pub, msgs[:half], 20000, nil)
+	last := lastSeqs(t, pub, cfg)
+	waitFor(t, 30*time.Second, "a owns and applied the first half", func() bool { return caughtUp([]*instance{a}, last) })
+	b := startInstance(t, cfg, ns.Connect(t), "b", nil)
+	waitFor(t, 30*time.Second, "b ready", b.r.Ready)
+
+	paused.Store(true)
+	pausedAt := time.Now()
+	publishFleet(t, pub, msgs[half:], 20000, nil)
+	last = lastSeqs(t, pub, cfg)
+	waitFor(t, 30*time.Second, "b took over and applied everything", func() bool { return caughtUp([]*instance{b}, last) })
+	t.Logf("takeover %v after the pause (pin ttl %v)", time.Since(pausedAt).Round(time.Millisecond), cfg.JetStream.PinTTL)
+	before := a.r.Results().Published
+	resume.Done()
+	waitFor(t, 10*time.Second, "a gives the partition up", func() bool { return !a.r.Status()[0].Owned })
+	time.Sleep(2 * cfg.JetStream.PinTTL) // room for anything a would still send
+	if after := a.r.Results().Published; after != before {
+		t.Errorf("the paused owner published %d results after it resumed", after-before)
+	}
+	sa := a.r.Status()[0]
+	t.Logf("a after resuming: lost %d, dropped %d results; b: epoch %d", sa.Fenced, sa.Dropped, b.r.Status()[0].Epoch)
+	if sa.Fenced == 0 {
+		t.Error("the paused owner's term did not end")
+	}
+	e, err := jetstreamKV(t, pub, cfg).Get(context.Background(), "p0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec record
+	_ = json.Unmarshal(e.Value(), &rec)
+	if rec.Owner != "b" {
+		t.Errorf("checkpoint record %+v; want b's", rec)
+	}
+	b.Stop()
+	a.Stop()
+	want := reference(t, pub, cfg)
+	got := published(t, ns.URL(), cfg)
+	if diffs := testenv.DiffResults(got, want, "the replay"); len(diffs) > 0 {
+		t.Errorf("%d differences, first ones:", len(diffs))
+		for _, d := range diffs[:min(len(diffs), 10)] {
+			t.Error(d)
+		}
+	}
+	if len(want) == 0 {
+		t.Fatal("no results: the test checks nothing")
+	}
+}

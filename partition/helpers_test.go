@@ -1,0 +1,342 @@
+package partition
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/km0/edgeproc/config"
+	"github.com/km0/edgeproc/engine"
+	"github.com/km0/edgeproc/internal/testenv"
+	"github.com/km0/edgeproc/result"
+)
+
+// mapping is the server-side subject mapping of the deployment in
+// docs/scale-out.md, for partitions partitions.
+func mapping(partitions int) map[string]string {
+	return map[string]string{
+		"km0.*.positions.*": fmt.Sprintf("part.{{wildcard(1)}}.{{partition(%d,2)}}.{{wildcard(2)}}", partitions),
+	}
+}
+
+// testConfig is market girona on the partitioned stream at url.
+func testConfig(t testing.TB, url string, partitions int, extra string) config.Config {
+	t.Helper()
+	src := fmt.Sprintf(`market: girona
+source: jetstream
+jetstream:
+  partitions: %d
+  pin_ttl: 2s
+  replicas: %d
+nats:
+  url: %q
+state:
+  checkpoint_interval: 500ms
+http:
+  listen: 127.0.0.1:0
+windows:
+  idle_timeout: 0s
+%s`, partitions, strings.Count(url, ",")+1, url, extra)
+	c, err := config.Parse(strings.NewReader(src), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// testWriter sends logs to the test's log.
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(b)))
+	return len(b), nil
+}
+
+// instance is one running Runner with its own connection, which Kill
+// closes as a kill -9 would.
+type instance struct {
+	r      *Runner
+	nc     *nats.Conn
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startInstance(t testing.TB, cfg config.Config, nc *nats.Conn, name string, hold func(int)) *instance {
+	t.Helper()
+	cfg.JetStream.Instance = name
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	r, err := New(cfg, Deps{Conn: nc, Shards: 1, Hold: hold, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	in := &instance{r: r, nc: nc, cancel: cancel, done: make(chan error, 1)}
+	go func() { in.done <- r.Run(ctx) }()
+	t.Cleanup(in.Stop)
+	return in
+}
+
+// Kill cuts the instance off NATS at once, then stops its goroutines.
+func (in *instance) Kill() {
+	in.nc.Close()
+	in.Stop()
+}
+
+// Stop is a graceful shutdown; stopping twice is harmless.
+func (in *instance) Stop() {
+	in.cancel()
+	if in.done != nil {
+		<-in.done
+		in.done = nil
+	}
+}
+
+// publishFleet publishes msgs (MQTT topics km0/MARKET/positions/COURIER)
+// on the matching NATS subjects, as the MQTT gateway does, so that the
+// server's mapping puts them in partitions, and returns once every one is
+// stored. A publish that fails (a node died) is sent again under the same
+// message id, which the positions stream deduplicates. after, when set, is
+// called after each batch with the number published so far.
+func publishFleet(t testing.TB, nc *nats.Conn, msgs []testenv.Message, perSecond int, after func(done int)) {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const batch = 250
+	start := time.Now()
+	for i := 0; i < len(msgs); i += batch {
+		part := msgs[i:min(i+batch, len(msgs))]
+		for _, m := range part {
+			if _, err := js.PublishMsgAsync(fleetMsg(m, i)); err != nil {
+				t.Fatalf("publish: %v", err)
+			}
+		}
+		waitAcks(t, js, part, i)
+		if after != nil {
+			after(i + len(part))
+		}
+		if wait := time.Duration(i+len(part))*time.Second/time.Duration(perSecond) - time.Since(start); wait > 0 {
+			time.Sleep(wait)
+		}
+	}
+}
+
+func fleetMsg(m testenv.Message, _ int) *nats.Msg {
+	// The gateway's mapping: levels joined by '.', a '.' inside one "//".
+	var b strings.Builder
+	for _, c := range m.Topic {
+		switch c {
+		case '/':
+			b.WriteByte('.')
+		case '.':
+			b.WriteString("//")
+		default:
+			b.WriteRune(c)
+		}
+	}
+	subj := b.String()
+	return &nats.Msg{Subject: subj, Data: m.Payload, Header: nats.Header{jetstream.MsgIDHeader: []string{msgID(m)}}}
+}
+
+func msgID(m testenv.Message) string { return m.Topic + "|" + string(m.Payload) }
+
+// waitAcks waits for the async publishes of part and sends each failed one
+// again synchronously until it is stored.
+func waitAcks(t testing.TB, js jetstream.JetStream, part []testenv.Message, at int) {
+	t.Helper()
+	select {
+	case <-js.PublishAsyncComplete():
+		return
+	case <-time.After(5 * time.Second):
+	}
+	// Some acks are lost with a node: resend the batch, deduplicated by id.
+	for _, m := range part {
+		for attempt := 0; ; attempt++ {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_, err := js.PublishMsg(ctx, fleetMsg(m, at))
+			cancel()
+			if err == nil {
+				break
+			}
+			if attempt > 30 {
+				t.Fatalf("publish %s: %v", m.Topic, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
+// streamMsg is a stored message with what the engine needs of it.
+type streamMsg struct {
+	subject string
+	hdr     nats.Header
+	data    []byte
+	seq     uint64
+	ts      time.Time
+}
+
+// readPartition returns every message of subject in stream, in stream
+// order.
+func readPartition(t testing.TB, nc *nats.Conn, stream, subject string) []streamMsg {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(subject))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want uint64
+	for _, n := range info.State.Subjects {
+		want += n
+	}
+	oc, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []streamMsg
+	for empty := 0; uint64(len(out)) < want; {
+		batch, err := oc.Fetch(1000, jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := 0
+		for m := range batch.Messages() {
+			md, _ := m.Metadata()
+			out = append(out, streamMsg{m.Subject(), m.Headers(), m.Data(), md.Sequence.Stream, md.Timestamp})
+			got++
+		}
+		if got == 0 {
+			if empty++; empty > 5 {
+				t.Fatalf("read %s: %d of %d messages", subject, len(out), want)
+			}
+		}
+	}
+	return out
+}
+
+// lastSeqs returns the stream sequence of each partition's last message.
+func lastSeqs(t testing.TB, nc *nats.Conn, cfg config.Config) []uint64 {
+	t.Helper()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, cfg.JetStream.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]uint64, cfg.JetStream.Partitions)
+	for n := range out {
+		m, err := s.GetLastMsgForSubject(ctx, cfg.JetStream.PartitionSubject(n))
+		if err == nil {
+			out[n] = m.Sequence
+		}
+	}
+	return out
+}
+
+// reference runs one engine per partition over the partition's stream in
+// stream order, arrival = stream timestamp, ticks as ticks, and stops it
+// without ending the input (a live partition never ends), returning every
+// result by key.
+func reference(t testing.TB, nc *nats.Conn, cfg config.Config) map[string]string {
+	t.Helper()
+	want := map[string]string{}
+	for n := range cfg.JetStream.Partitions {
+		ecfg := engine.ConfigFrom(cfg)
+		ecfg.Shards = 1
+		subject := cfg.JetStream.PartitionSubject(n)
+		ecfg.Topic = natsToMQTT(subject[:len(subject)-1]) + "+"
+		var mu sync.Mutex
+		e := engine.New(ecfg, func(rs []result.Record) {
+			mu.Lock()
+			defer mu.Unlock()
+			for i := range rs {
+				want[rs[i].Key()] = string(rs[i].AppendJSON(nil))
+			}
+		})
+		for _, m := range readPartition(t, nc, cfg.JetStream.Stream, subject) {
+			if m.hdr.Get(TickHeader) != "" && strings.HasSuffix(m.subject, "."+TickToken) {
+				e.Tick(m.ts.UnixMilli())
+				continue
+			}
+			e.Push(&engine.Input{Payload: m.data, Topic: natsToMQTT(m.subject), Arrival: m.ts.UnixMilli(), HasArrival: true, Line: int64(m.seq)})
+		}
+		e.Stop()
+	}
+	return want
+}
+
+// published returns the results stream by key, failing on a key stored
+// twice.
+func published(t testing.TB, url string, cfg config.Config) map[string]string {
+	t.Helper()
+	got := map[string]string{}
+	for _, m := range testenv.ReadStream(t, url, cfg.NATS.Stream) {
+		k := m.Header.Get(jetstream.MsgIDHeader)
+		if _, dup := got[k]; dup {
+			t.Errorf("key %s stored twice", k)
+		}
+		got[k] = string(m.Data)
+	}
+	return got
+}
+
+// waitFor polls cond every 50 ms until it holds or timeout passes.
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// caughtUp reports whether every partition is owned by exactly one of ins
+// and its owner applied the partition's last message.
+func caughtUp(ins []*instance, last []uint64) bool {
+	for n, seq := range last {
+		owners := 0
+		for _, in := range ins {
+			s := in.r.Status()[n]
+			if s.Owned {
+				owners++
+				if s.Processed < seq {
+					return false
+				}
+			}
+		}
+		if owners != 1 {
+			return false
+		}
+	}
+	return true
+}
+
+// jetstreamKV binds the checkpoint bucket of cfg's market.
+func jetstreamKV(t testing.TB, nc *nats.Conn, cfg config.Config) jetstream.KeyValue {
+	t.Helper()
+	js, _ := jetstream.New(nc)
+	kv, err := js.KeyValue(context.Background(), checkpointBucket(cfg.Market))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
+}

@@ -1,0 +1,320 @@
+package partition
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+const (
+	// fetchBatch is the most messages one pull request asks for.
+	fetchBatch = 512
+	// maxAckPending bounds the messages delivered to an owner and not yet
+	// acked (they are acked, all at once, after each batch).
+	maxAckPending = 8 * fetchBatch
+	// pinHeader carries the pin id on every message the server delivers
+	// to the pinned client.
+	pinHeader = "Nats-Pin-Id"
+	// TickHeader marks an idle tick an owner published into its partition;
+	// together with the subject's last token TickToken it tells a tick
+	// from a position.
+	TickHeader = "Edgeproc-Tick"
+	// TickToken is the last subject token of a tick. It cannot be a courier
+	// id (no '_' in them), so a courier never shares a tick's subject.
+	TickToken = "_tick"
+)
+
+// part is one partition as seen by one instance: a pull loop on the
+// partition's durable consumer that is either standby (no pin) or the
+// owner, holding a term.
+type part struct {
+	r            *Runner
+	n            int
+	subject      string // filter subject of the positions
+	tickSubject  string
+	topic        string // the engine's courier-check filter (MQTT form)
+	consumerName string
+	key          string // checkpoint record key
+	cons         jetstream.Consumer
+
+	// The loop goroutine owns term and the fields below it.
+	term     *term
+	lastCkpt time.Time
+	lastTick time.Time
+	lastPos  int64 // ms, stream time of the last position (not tick) applied
+
+	// Read by metrics and tests from any goroutine.
+	owned, epoch, processed, applied, ckptSeq, lagMsgs atomic.Uint64
+	lastTS                                             atomic.Int64 // ms, stream time of the last message applied
+	takeovers, fenced, dropped, caughtUp               atomic.Uint64
+	acquiredAt, firstResultAt                          atomic.Int64 // unix ns of the current term
+}
+
+func newPart(r *Runner, n int) *part {
+	jc := r.cfg.JetStream
+	subject := jc.PartitionSubject(n)
+	return &part{
+		r: r, n: n, subject: subject,
+		tickSubject:  subject[:len(subject)-1] + TickToken,
+		topic:        natsToMQTT(subject[:len(subject)-1]) + "+",
+		consumerName: jc.Consumer + "-" + strconv.Itoa(n),
+		key:          "p" + strconv.Itoa(n),
+	}
+}
+
+func (p *part) consumerConfig() jetstream.ConsumerConfig {
+	ttl := p.r.cfg.JetStream.PinTTL
+	return jetstream.ConsumerConfig{
+		Durable:        p.consumerName,
+		Description:    "edgeproc partition " + strconv.Itoa(p.n) + " of market " + p.r.cfg.Market,
+		FilterSubject:  p.subject,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		AckPolicy:      jetstream.AckAllPolicy,
+		AckWait:        max(2*ttl, 5*time.Second),
+		MaxAckPending:  maxAckPending,
+		PriorityPolicy: jetstream.PriorityPolicyPinned,
+		PinnedTTL:      ttl,
+		PriorityGroups: []string{group},
+		Replicas:       p.r.cfg.JetStream.Replicas,
+	}
+}
+
+// fetchWait is how long one pull request waits for messages: a fraction of
+// the pin TTL, so that the owner renews its pin several times per TTL.
+func (p *part) fetchWait() time.Duration {
+	return min(p.r.cfg.JetStream.PinTTL/5, 2*time.Second)
+}
+
+// leaseMargin is how long before the pin TTL runs out (counted from the
+// last accepted pull request) an owner stops publishing: room for clock
+// drift and for results already handed to the connection.
+func (p *part) leaseMargin() time.Duration { return p.r.cfg.JetStream.PinTTL / 4 }
+
+func (p *part) hold() {
+	if p.r.deps.Hold != nil {
+		p.r.deps.Hold(p.n)
+	}
+}
+
+// run is the partition's pull loop until ctx ends.
+func (p *part) run(ctx context.Context) {
+	defer p.release()
+	for ctx.Err() == nil {
+		p.hold()
+		if p.term != nil && p.term.fenced.Load() {
+			p.lose("fenced")
+		}
+		if p.term == nil && p.r.atLimit() {
+			// Leave the partition to instances with room: no pull request.
+			sleepCtx(ctx, p.fetchWait())
+			continue
+		}
+		sent := time.Now()
+		batch, err := p.cons.Fetch(fetchBatch, jetstream.FetchMaxWait(p.fetchWait()), jetstream.FetchPriorityGroup(group))
+		if err != nil {
+			p.fetchFailed(ctx, err)
+			continue
+		}
+		var last jetstream.Msg
+		for m := range batch.Messages() {
+			if pin := m.Headers().Get(pinHeader); p.term == nil || pin != p.term.pin {
+				if p.term != nil {
+					p.lose("pin changed")
+				}
+				if !p.acquire(ctx, pin, sent) {
+					break // no term: the message is redelivered later
+				}
+			}
+			p.term.handle(m)
+			last = m
+		}
+		if p.term != nil {
+			p.term.eng.Flush() // latency over batching: hand the batch to the shards now
+		}
+		if err := batch.Error(); err != nil {
+			p.fetchFailed(ctx, err)
+			continue
+		}
+		if p.term == nil {
+			continue
+		}
+		// Every pull request the server accepts under our pin restarts its
+		// TTL from when the server got it, which is after sent.
+		p.term.lease.Store(sent.Add(p.r.cfg.JetStream.PinTTL - p.leaseMargin()).UnixNano())
+		if last != nil {
+			_ = last.Ack() // AckAll: everything before it too; lost acks only cause redeliveries
+		} else {
+			p.lagMsgs.Store(0)
+			p.maybeTick(ctx)
+		}
+		p.maybeCheckpoint()
+	}
+}
+
+// fetchFailed handles a failed pull request: a pin mismatch means another
+// instance owns the partition now.
+func (p *part) fetchFailed(ctx context.Context, err error) {
+	if errors.Is(err, jetstream.ErrPinIDMismatch) {
+		if p.term != nil {
+			p.lose("pin taken over")
+		}
+		return
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	if errors.Is(err, nats.ErrConnectionClosed) {
+		<-ctx.Done()
+		return
+	}
+	p.r.log.Debug("pull failed", "partition", p.n, "err", err)
+	sleepCtx(ctx, p.fetchWait())
+}
+
+// sleepCtx waits d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// acquire starts a term under pin: it claims the checkpoint record and
+// restores the engine from it. It reports false when that failed; the loop
+// stays standby and the message is redelivered.
+func (p *part) acquire(ctx context.Context, pin string, sent time.Time) bool {
+	if !p.r.reserve() {
+		// Pinned, but at the limit (another partition was taken meanwhile):
+		// hand the pin back so that it goes to an instance with room now.
+		p.unpin()
+		return false
+	}
+	t, err := p.claim(ctx, pin, sent)
+	if err != nil {
+		p.r.owned.Add(-1)
+		p.r.log.Warn("partition not taken over", "partition", p.n, "err", err)
+		return false
+	}
+	p.term = t
+	p.owned.Store(1)
+	p.epoch.Store(t.epoch)
+	p.processed.Store(t.last)
+	p.takeovers.Add(1)
+	p.acquiredAt.Store(time.Now().UnixNano())
+	p.firstResultAt.Store(0)
+	p.lastCkpt, p.lastTick = time.Now(), time.Now()
+	p.r.log.Info("partition owned", "partition", p.n, "epoch", t.epoch, "from_sequence", t.last+1)
+	return true
+}
+
+// lose ends the current term: its engine's pending results are dropped
+// (a successor re-derives them from the stream) and it records nothing.
+func (p *part) lose(why string) {
+	t := p.term
+	p.term = nil
+	p.owned.Store(0)
+	p.r.owned.Add(-1)
+	p.fenced.Add(1)
+	t.fence()
+	t.eng.Stop()
+	p.r.log.Info("partition lost", "partition", p.n, "epoch", t.epoch, "why", why)
+}
+
+// release ends the owned term at shutdown: a final checkpoint once every
+// result is acked, then the pin is given up so a successor need not wait
+// for the TTL. Meanwhile the pin is renewed, so that the lease holds for
+// the results still on their way.
+func (p *part) release() {
+	t := p.term
+	if t == nil {
+		return
+	}
+	p.term = nil
+	p.owned.Store(0)
+	p.r.owned.Add(-1)
+	if p.r.nc.IsClosed() {
+		t.fence() // cut off: nothing can be recorded any more
+		t.eng.Stop()
+		return
+	}
+	done := make(chan struct{})
+	started := false
+	for !t.fenced.Load() {
+		if started = t.checkpoint(func() { close(done) }); started {
+			break
+		}
+		time.Sleep(10 * time.Millisecond) // the previous checkpoint is finishing
+	}
+	if !started {
+		close(done)
+	}
+	for waiting := true; waiting; {
+		t.keepPin()
+		select {
+		case <-done:
+			waiting = false
+		case <-time.After(p.fetchWait()):
+		}
+	}
+	t.fence() // after the final checkpoint, nothing more goes out
+	t.eng.Stop()
+	p.unpin()
+}
+
+// unpin asks the server to give the partition's pin to the next instance
+// asking for it now, rather than after the pin TTL.
+func (p *part) unpin() {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	if s, err := p.r.js.Stream(ctx, p.r.cfg.JetStream.Stream); err == nil {
+		_ = s.UnpinConsumer(ctx, p.consumerName, group)
+	}
+}
+
+// maybeCheckpoint starts a checkpoint every state.checkpoint_interval
+// while the partition moved on since the last one.
+func (p *part) maybeCheckpoint() {
+	t := p.term
+	if time.Since(p.lastCkpt) < p.r.cfg.State.CheckpointInterval || t.last == p.ckptSeq.Load() {
+		return
+	}
+	if t.checkpoint(nil) {
+		p.lastCkpt = time.Now()
+	}
+}
+
+// maybeTick publishes an idle tick into the partition when it has been
+// silent for windows.idle_timeout while this instance owned it. The tick is
+// a message of the partition's stream like any other, so its stream
+// timestamp is the processing time at which the idle rule is applied, by
+// this owner and by any successor replaying the stream: the idle rule is a
+// function of the stream too. It is called after a pull request that found
+// nothing, so ticks come at most every idle_timeout/10 and in practice once
+// per pull wait. Deaf is not silent: a new owner waits idle_timeout after
+// taking over before its first tick.
+func (p *part) maybeTick(ctx context.Context) {
+	idle := p.r.cfg.Windows.IdleTimeout
+	if idle <= 0 {
+		return
+	}
+	now := time.Now()
+	every := max(idle/10, 100*time.Millisecond)
+	if now.Sub(p.lastTick) < every || now.Sub(time.Unix(0, p.acquiredAt.Load())) < idle ||
+		now.UnixMilli()-p.lastPos < idle.Milliseconds() {
+		return
+	}
+	p.lastTick = now
+	msg := &nats.Msg{Subject: p.tickSubject, Header: nats.Header{TickHeader: []string{"1"}}}
+	pctx, cancel := context.WithTimeout(ctx, p.fetchWait())
+	defer cancel()
+	if _, err := p.r.js.PublishMsg(pctx, msg); err != nil {
+		p.r.log.Debug("idle tick not published", "partition", p.n, "err", err)
+	}
+}

@@ -1,0 +1,322 @@
+// Package partition runs one market from a partitioned JetStream stream:
+// the scale-out and failover deployment of edgeproc (config source:
+// jetstream, docs/scale-out.md).
+//
+// Positions reach the stream through nats-server's MQTT gateway and a
+// subject mapping that puts each courier in one of N partition subjects.
+// Every running instance of the market attaches, per partition, to one
+// durable pull consumer with the pinned_client priority policy: the server
+// delivers a partition to one instance only (the owner, identified by the
+// pin id on its messages) and hands it to another once the owner has sent
+// no pull request for the pin TTL. There is no membership protocol of our
+// own and no local write-ahead log: the stream is the log.
+//
+// A partition is a market of its own for event time: its own engine, its
+// own watermark and idle rule, fed in stream order with arrival = the
+// message's stream timestamp. Its results are therefore a function of the
+// partition's stream alone, whoever owns it and however often it moved,
+// and a takeover that re-emits publishes identical results under the same
+// keys, which the results stream's duplicate window drops.
+//
+// Checkpoints live in JetStream: per partition, an engine snapshot in an
+// object store and, in a key-value bucket, a record of the stream sequence
+// it reflects, the owner and an epoch. A checkpoint is recorded only once
+// every result before it is acked, and only by compare-and-set on the
+// revision its writer last wrote: a new owner first claims the record
+// (epoch+1), so a former owner that wakes up can no longer record anything.
+// A former owner is also kept from publishing by a lease: it publishes only
+// within the pin TTL (less a margin) of its last pull request the server
+// accepted under its pin.
+package partition
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/km0/edgeproc/bridge"
+	"github.com/km0/edgeproc/config"
+	"github.com/km0/edgeproc/engine"
+)
+
+const (
+	// group is the priority group every instance pulls in.
+	group = "owner"
+	// setupAttempt bounds one attempt to create the streams, consumers and
+	// stores at start. Short, because on nats-server 2.15.3 concurrent
+	// CreateOrUpdate calls for one new replicated asset (instances starting
+	// together) may never be answered: the next attempt finds it created.
+	setupAttempt = 5 * time.Second
+	// opTimeout bounds one checkpoint or claim operation.
+	opTimeout = 30 * time.Second
+	// drainTimeout bounds the shutdown: final checkpoints and the acks of
+	// the results before them.
+	drainTimeout = 10 * time.Second
+)
+
+// Deps are a Runner's collaborators; the zero value connects to
+// cfg.NATS.URL and logs nowhere.
+type Deps struct {
+	Log *slog.Logger
+	// Conn, when set, is the NATS connection to use (it is not closed).
+	Conn *nats.Conn
+	// Shards is the engine shard count per partition. Default
+	// max(1, NumCPU / partitions).
+	Shards int
+	// Hold, when set, is called by a partition's goroutines where a real
+	// process may be stopped at any moment: before each pull request and
+	// before each batch of results is published. Tests block in it to
+	// pause an owner past its pin TTL.
+	Hold func(partition int)
+}
+
+// Runner is one instance of one market on the partitioned stream.
+type Runner struct {
+	cfg   config.Config
+	deps  Deps
+	log   *slog.Logger
+	ecfg  engine.Config
+	inst  string
+	start time.Time
+
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	kv  jetstream.KeyValue
+	obs jetstream.ObjectStore
+	br  *bridge.Bridge
+
+	parts []*part
+	owned atomic.Int64  // partitions this instance owns now
+	ready chan struct{} // closed once set-up is done
+}
+
+// atLimit reports whether the instance owns jetstream.max_owned partitions.
+func (r *Runner) atLimit() bool {
+	limit := int64(r.cfg.JetStream.MaxOwned)
+	return limit > 0 && r.owned.Load() >= limit
+}
+
+// reserve counts one more owned partition unless that passes the limit.
+func (r *Runner) reserve() bool {
+	if n := r.owned.Add(1); r.cfg.JetStream.MaxOwned > 0 && n > int64(r.cfg.JetStream.MaxOwned) {
+		r.owned.Add(-1)
+		return false
+	}
+	return true
+}
+
+// New checks cfg (source jetstream) and returns a Runner; Run starts it.
+func New(cfg config.Config, deps Deps) (*Runner, error) {
+	if cfg.Source != "jetstream" {
+		return nil, fmt.Errorf("partition: market %s: source is %q, not jetstream", cfg.Market, cfg.Source)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("partition: market %s: %w", cfg.Market, err)
+	}
+	if deps.Log == nil {
+		deps.Log = slog.New(slog.DiscardHandler)
+	}
+	if deps.Shards <= 0 {
+		deps.Shards = max(1, runtime.NumCPU()/cfg.JetStream.Partitions)
+	}
+	inst := cfg.JetStream.Instance
+	if inst == "" {
+		host, _ := os.Hostname()
+		inst = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	r := &Runner{
+		cfg: cfg, deps: deps, inst: inst, start: time.Now(), ready: make(chan struct{}),
+		log: deps.Log.With("market", cfg.Market, "instance", inst),
+	}
+	r.ecfg = engine.ConfigFrom(cfg)
+	r.ecfg.Shards = deps.Shards
+	for n := range cfg.JetStream.Partitions {
+		r.parts = append(r.parts, newPart(r, n))
+	}
+	return r, nil
+}
+
+// Instance is the name this runner records as a partition's owner.
+func (r *Runner) Instance() string { return r.inst }
+
+// Run sets up the stream, consumers and stores (retrying while NATS is
+// unreachable), runs every partition until ctx ends, then shuts down: the
+// owned partitions stop pulling, take a final checkpoint once their results
+// are acked, and release their pins so that a successor takes over at once.
+func (r *Runner) Run(ctx context.Context) error {
+	nc := r.deps.Conn
+	if nc == nil {
+		var err error
+		if nc, err = r.connect(); err != nil {
+			return err
+		}
+		defer nc.Close()
+	}
+	r.nc = nc
+	if err := r.retrySetup(ctx); err != nil || ctx.Err() != nil {
+		return err
+	}
+	close(r.ready)
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+		defer cancel()
+		if err := r.br.Close(dctx); err != nil {
+			r.log.Warn("results not all acknowledged at shutdown", "err", err)
+		}
+	}()
+
+	srv, err := r.serveHTTP()
+	if err != nil {
+		return err
+	}
+	if srv != nil {
+		defer srv.Close()
+	}
+	var wg sync.WaitGroup
+	for _, p := range r.parts {
+		wg.Add(1)
+		go func() { defer wg.Done(); p.run(ctx) }()
+	}
+	r.log.Info("partitions running", "stream", r.cfg.JetStream.Stream, "partitions", len(r.parts))
+	wg.Wait()
+	return nil
+}
+
+func (r *Runner) connect() (*nats.Conn, error) {
+	opts := []nats.Option{
+		nats.Name("edgeproc " + r.inst),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.RetryOnFailedConnect(true),
+	}
+	if creds := r.cfg.NATS.Creds(); creds != "" {
+		opts = append(opts, nats.UserCredentialBytes([]byte(creds)))
+	}
+	nc, err := nats.Connect(r.cfg.NATS.URL, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("partition: market %s: connect to nats %s: %w", r.cfg.Market, r.cfg.NATS.URL, err)
+	}
+	return nc, nil
+}
+
+// retrySetup calls setup until it succeeds or ctx ends.
+func (r *Runner) retrySetup(ctx context.Context) error {
+	delay := 100 * time.Millisecond
+	for {
+		sctx, cancel := context.WithTimeout(ctx, setupAttempt)
+		err := r.setup(sctx)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return nil
+		}
+		var cfgErr *configError
+		if errors.As(err, &cfgErr) {
+			return err
+		}
+		r.log.Warn("set-up failed, retrying", "err", err, "retry_in", delay)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
+}
+
+// configError is a set-up failure no retry can fix.
+type configError struct{ err error }
+
+func (e *configError) Error() string { return e.err.Error() }
+func (e *configError) Unwrap() error { return e.err }
+
+// setup creates what is missing: the positions stream (if absent), one
+// durable consumer per partition, the checkpoint bucket and object store,
+// and the results bridge.
+func (r *Runner) setup(ctx context.Context) error {
+	js, err := jetstream.New(r.nc)
+	if err != nil {
+		return fmt.Errorf("partition: jetstream: %w", err)
+	}
+	r.js = js
+	jc := r.cfg.JetStream
+	stream, err := js.Stream(ctx, jc.Stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		stream, err = js.CreateStream(ctx, jetstream.StreamConfig{
+			Name:        jc.Stream,
+			Description: "courier positions of market " + r.cfg.Market + ", by partition",
+			Subjects:    []string{strings.Replace(jc.Subject, config.PartitionToken, "*", 1)},
+			Storage:     jetstream.FileStorage,
+			Replicas:    jc.Replicas,
+		})
+	}
+	if err != nil {
+		return fmt.Errorf("partition: positions stream %s: %w", jc.Stream, err)
+	}
+	for _, p := range r.parts {
+		c, err := stream.CreateOrUpdateConsumer(ctx, p.consumerConfig())
+		if err != nil {
+			return fmt.Errorf("partition: consumer %s: %w", p.consumerName, err)
+		}
+		p.cons = c
+	}
+	if r.kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      checkpointBucket(r.cfg.Market),
+		Description: "edgeproc partition checkpoints of market " + r.cfg.Market,
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    jc.Replicas,
+	}); err != nil {
+		return fmt.Errorf("partition: checkpoint bucket: %w", err)
+	}
+	if r.obs, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket:      snapshotBucket(r.cfg.Market),
+		Description: "edgeproc partition snapshots of market " + r.cfg.Market,
+		Storage:     jetstream.FileStorage,
+		Replicas:    jc.Replicas,
+	}); err != nil {
+		return fmt.Errorf("partition: snapshot store: %w", err)
+	}
+	bcfg := bridge.Config{
+		Market: r.cfg.Market, SubjectPrefix: r.cfg.NATS.SubjectPrefix, Stream: r.cfg.NATS.Stream,
+		DuplicateWindow: r.cfg.NATS.DuplicateWindow,
+		ComputeCell:     true, CellResolution: r.cfg.Geo.H3Resolution,
+		Replicas: r.cfg.JetStream.Replicas,
+	}
+	if err := bcfg.Validate(); err != nil {
+		return &configError{fmt.Errorf("partition: market %s: %w", r.cfg.Market, err)}
+	}
+	if r.br, err = bridge.Open(ctx, r.nc, bcfg, r.log); err != nil {
+		return err
+	}
+	return nil
+}
+
+func checkpointBucket(market string) string { return "edgeproc_ckpt_" + market }
+func snapshotBucket(market string) string   { return "edgeproc_snap_" + market }
+
+// serveHTTP serves /metrics, /healthz and /readyz on http.listen, or
+// nothing when it is empty.
+func (r *Runner) serveHTTP() (*http.Server, error) {
+	if r.cfg.HTTP.Listen == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", r.cfg.HTTP.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("partition: listen %s: %w", r.cfg.HTTP.Listen, err)
+	}
+	srv := &http.Server{Handler: r.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return srv, nil
+}

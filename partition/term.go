@@ -1,0 +1,366 @@
+package partition
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/km0/edgeproc/engine"
+	"github.com/km0/edgeproc/result"
+)
+
+// errFenced is why a fenced term records nothing.
+var errFenced = errors.New("partition owned by another instance")
+
+// record is a partition's checkpoint record in the key-value bucket. Every
+// owner writes it by compare-and-set on the revision it wrote last, so a
+// claim by a new owner (Epoch+1) fences every earlier one.
+type record struct {
+	// Seq is the stream sequence of the last message the snapshot reflects;
+	// the next owner resumes after it. 0: nothing processed yet.
+	Seq uint64 `json:"seq"`
+	// Object names the snapshot in the object store; empty with Seq 0.
+	Object string `json:"object,omitempty"`
+	Epoch  uint64 `json:"epoch"`
+	Owner  string `json:"owner"`
+	Pin    string `json:"pin"`
+	AtMs   int64  `json:"at_ms"` // wall clock of the write, for operators
+}
+
+// term is one instance's ownership of one partition, from the claim to
+// its loss or release. The pull loop owns last, consSeq, prevFirst and the
+// engine's input side; the engine's goroutines call sink and the
+// checkpoint callbacks.
+type term struct {
+	p     *part
+	pin   string
+	epoch uint64
+	eng   *engine.Engine
+
+	last      uint64 // stream sequence of the last message applied
+	consSeq   uint64 // consumer sequence of the last delivery seen; 0: none yet
+	prevFirst bool   // the last delivery seen was a first delivery
+
+	rev      atomic.Uint64 // checkpoint record revision this term wrote last
+	object   string        // snapshot of that record; written by the checkpoint callback only
+	ckptBusy atomic.Bool
+	fenced   atomic.Bool
+	lease    atomic.Int64 // unix ns after which this term must not publish
+
+	pubCtx    context.Context // ends when the term is fenced
+	cancelPub context.CancelFunc
+
+	buf      []byte // sink only
+	subjects [len(result.Types)]string
+	topicBuf []byte // pull loop only
+}
+
+// claim reads the partition's checkpoint record, writes it back as this
+// instance's with the next epoch (compare-and-set: a concurrent checkpoint
+// of the former owner makes it start over from that one), and restores the
+// engine from its snapshot.
+func (p *part) claim(ctx context.Context, pin string, sent time.Time) (*term, error) {
+	r := p.r
+	cctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	for attempt := 0; ; attempt++ {
+		var rec record
+		var rev uint64
+		e, err := r.kv.Get(cctx, p.key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+		case err != nil:
+			return nil, fmt.Errorf("read checkpoint record %s: %w", p.key, err)
+		default:
+			if err := json.Unmarshal(e.Value(), &rec); err != nil {
+				return nil, fmt.Errorf("checkpoint record %s: %w", p.key, err)
+			}
+			rev = e.Revision()
+		}
+		rec.Epoch++
+		rec.Owner, rec.Pin, rec.AtMs = r.inst, pin, time.Now().UnixMilli()
+		val, _ := json.Marshal(rec)
+		newRev, err := r.kv.Update(cctx, p.key, val, rev)
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) && attempt < 5 {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("claim checkpoint record %s: %w", p.key, err)
+		}
+		t := &term{p: p, pin: pin, epoch: rec.Epoch, last: rec.Seq, object: rec.Object}
+		t.rev.Store(newRev)
+		t.lease.Store(sent.Add(r.cfg.JetStream.PinTTL - p.leaseMargin()).UnixNano())
+		t.pubCtx, t.cancelPub = context.WithCancel(context.Background())
+		for _, ty := range result.Types {
+			t.subjects[ty] = r.br.Config().Subject(ty.String())
+		}
+		ecfg := r.ecfg
+		ecfg.Topic = p.topic
+		ecfg.OnPosition = r.br.UpdatePosition
+		if rec.Object == "" {
+			t.eng = engine.New(ecfg, t.sink)
+		} else {
+			snap, err := r.obs.GetBytes(cctx, rec.Object)
+			if err != nil {
+				t.cancelPub()
+				return nil, fmt.Errorf("read snapshot %s: %w", rec.Object, err)
+			}
+			eng, tag, err := engine.Restore(ecfg, t.sink, snap)
+			if err != nil {
+				t.cancelPub()
+				return nil, fmt.Errorf("restore snapshot %s: %w", rec.Object, err)
+			}
+			if tag != rec.Seq {
+				eng.Stop()
+				t.cancelPub()
+				return nil, fmt.Errorf("snapshot %s reflects sequence %d, its record says %d", rec.Object, tag, rec.Seq)
+			}
+			t.eng = eng
+		}
+		p.ckptSeq.Store(rec.Seq)
+		return t, nil
+	}
+}
+
+// fence stops the term from publishing or recording anything more.
+func (t *term) fence() {
+	t.fenced.Store(true)
+	t.cancelPub()
+}
+
+// handle applies one delivered message. The partition is applied in stream
+// order whatever the consumer delivers: a message at or before the last
+// one applied is a redelivery and is skipped, and before one that may
+// follow a gap (the first of a term, a redelivery, or a delivery after one
+// this term did not see) the messages in between are read from the stream
+// itself. Between two consecutive first deliveries there is nothing to
+// read: the consumer delivers its filter's messages in stream order.
+func (t *term) handle(m jetstream.Msg) {
+	md, err := m.Metadata()
+	if err != nil {
+		return
+	}
+	seq := md.Sequence.Stream
+	first := md.NumDelivered == 1
+	cont := t.consSeq != 0 && md.Sequence.Consumer == t.consSeq+1 && t.prevFirst && first
+	t.consSeq, t.prevFirst = md.Sequence.Consumer, first
+	t.p.lagMsgs.Store(md.NumPending)
+	if seq <= t.last {
+		return
+	}
+	if !cont && seq > t.last+1 {
+		t.catchUp(seq)
+	}
+	t.apply(m.Subject(), m.Headers(), m.Data(), seq, md.Timestamp)
+}
+
+// catchUp applies the partition's messages after t.last and before upTo,
+// read in stream order by an ordered consumer.
+func (t *term) catchUp(upTo uint64) {
+	p := t.p
+	ctx, cancel := context.WithTimeout(t.pubCtx, 10*p.r.cfg.JetStream.PinTTL)
+	defer cancel()
+	oc, err := p.r.js.OrderedConsumer(ctx, p.r.cfg.JetStream.Stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{p.subject},
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    t.last + 1,
+	})
+	if err != nil {
+		p.r.log.Error("catch-up not started; messages skipped", "partition", p.n, "from", t.last+1, "to", upTo-1, "err", err)
+		return
+	}
+	empty, done := 0, false
+	for !done && t.last+1 < upTo && !t.fenced.Load() {
+		t.keepPin()
+		batch, err := oc.Fetch(fetchBatch, jetstream.FetchMaxWait(p.fetchWait()))
+		if err != nil {
+			p.r.log.Error("catch-up failed; messages skipped", "partition", p.n, "from", t.last+1, "to", upTo-1, "err", err)
+			return
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			md, err := m.Metadata()
+			if err != nil || md.Sequence.Stream <= t.last {
+				continue
+			}
+			if md.Sequence.Stream >= upTo {
+				done = true
+				break
+			}
+			t.apply(m.Subject(), m.Headers(), m.Data(), md.Sequence.Stream, md.Timestamp)
+			p.caughtUp.Add(1)
+		}
+		if got == 0 {
+			if empty++; empty >= 3 {
+				// upTo itself is in the stream: only a purge or age limit
+				// removes what lies before it.
+				p.r.log.Error("catch-up found nothing more; messages missing from the stream", "partition", p.n, "after", t.last, "before", upTo)
+				return
+			}
+		}
+	}
+}
+
+// keepPin renews the pin during a long catch-up with a pull request of one
+// message. The message is left unacked: the consumer redelivers it, and
+// the gap it leaves in the deliveries this term sees makes the next one
+// catch up from the stream again.
+func (t *term) keepPin() {
+	p := t.p
+	if time.Until(time.Unix(0, t.lease.Load())) > p.r.cfg.JetStream.PinTTL/2 {
+		return
+	}
+	sent := time.Now()
+	batch, err := p.cons.Fetch(1, jetstream.FetchMaxWait(min(p.fetchWait(), 200*time.Millisecond)), jetstream.FetchPriorityGroup(group))
+	if err != nil {
+		return
+	}
+	for m := range batch.Messages() {
+		if m.Headers().Get(pinHeader) != t.pin {
+			t.fence()
+			return
+		}
+	}
+	if errors.Is(batch.Error(), jetstream.ErrPinIDMismatch) {
+		t.fence()
+		return
+	}
+	t.lease.Store(sent.Add(p.r.cfg.JetStream.PinTTL - p.leaseMargin()).UnixNano())
+	t.consSeq = 0 // whatever was delivered is not applied: the next delivery catches up
+}
+
+// apply hands one message of the partition to the engine: a tick applies
+// the idle rule at its stream timestamp, anything else is an input
+// arriving at its stream timestamp, its stream sequence the line of a
+// rejected record's key.
+func (t *term) apply(subject string, hdr nats.Header, data []byte, seq uint64, ts time.Time) {
+	ms := ts.UnixMilli()
+	if hdr.Get(TickHeader) != "" && strings.HasSuffix(subject, "."+TickToken) {
+		t.eng.Tick(ms)
+	} else {
+		t.p.lastPos = ms
+		t.topicBuf = appendMQTTTopic(t.topicBuf[:0], subject)
+		t.eng.Push(&engine.Input{Payload: data, Topic: string(t.topicBuf), Arrival: ms, HasArrival: true, Line: int64(seq)})
+	}
+	t.last = seq
+	t.p.processed.Store(seq)
+	t.p.applied.Add(1)
+	t.p.lastTS.Store(ms)
+}
+
+// sink publishes the term's results while its lease holds. Past the lease
+// the pin may already be another instance's: the term fences itself and
+// drops what is left, which the successor re-derives from the stream.
+func (t *term) sink(rs []result.Record) {
+	p := t.p
+	p.hold()
+	if time.Now().UnixNano() > t.lease.Load() {
+		t.fence()
+	}
+	if t.fenced.Load() {
+		p.dropped.Add(uint64(len(rs)))
+		return
+	}
+	p.firstResultAt.CompareAndSwap(0, time.Now().UnixNano())
+	br := p.r.br
+	// A publish waits (bridge backpressure) at most until the lease ends,
+	// or the pull loop, blocked behind this sink, could never find out
+	// that the partition moved.
+	var ctx context.Context
+	cancel := context.CancelFunc(func() {})
+	defer func() { cancel() }()
+	leased := func() {
+		cancel()
+		ctx, cancel = context.WithDeadline(t.pubCtx, time.Unix(0, t.lease.Load()))
+	}
+	leased()
+	for i := range rs {
+		r := &rs[i]
+		t.buf = r.AppendJSON(t.buf[:0])
+		err := br.Publish(ctx, t.subjects[r.Type], r.Key(), t.buf)
+		for errors.Is(err, context.DeadlineExceeded) && time.Now().UnixNano() < t.lease.Load() {
+			leased() // the lease was renewed meanwhile
+			err = br.Publish(ctx, t.subjects[r.Type], r.Key(), t.buf)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				t.fence()
+				p.dropped.Add(uint64(len(rs) - i))
+				return
+			}
+			p.dropped.Add(1)
+			continue
+		}
+		switch r.Type {
+		case result.NoSignal:
+			br.MarkNoSignal(r.Courier, r.End, r.Lat, r.Lon)
+		case result.SignalRestored:
+			br.MarkOnline(r.Courier)
+		}
+	}
+}
+
+// checkpoint starts a snapshot at the last applied message; after, when
+// set, is called once it is recorded or given up. It reports false when a
+// checkpoint is still in progress.
+func (t *term) checkpoint(after func()) bool {
+	if !t.ckptBusy.CompareAndSwap(false, true) {
+		return false
+	}
+	seq := t.last
+	t.eng.Checkpoint(seq, func(snap []byte) {
+		defer t.ckptBusy.Store(false)
+		if after != nil {
+			defer after()
+		}
+		if err := t.record(seq, snap); err != nil && !errors.Is(err, errFenced) {
+			t.p.r.log.Warn("checkpoint not recorded", "partition", t.p.n, "seq", seq, "err", err)
+		}
+	})
+	return true
+}
+
+// record stores a snapshot once every result before it is acked, then
+// points the checkpoint record at it by compare-and-set; a revision
+// mismatch means another instance claimed the partition: the term is
+// fenced.
+func (t *term) record(seq uint64, snap []byte) error {
+	p := t.p
+	ctx, cancel := context.WithTimeout(t.pubCtx, opTimeout)
+	defer cancel()
+	if err := p.r.br.Flush(ctx); err != nil {
+		return fmt.Errorf("results before the checkpoint not acknowledged: %w", err)
+	}
+	if t.fenced.Load() {
+		return errFenced
+	}
+	name := fmt.Sprintf("%s-e%d-s%d", p.key, t.epoch, seq)
+	if _, err := p.r.obs.PutBytes(ctx, name, snap); err != nil {
+		return fmt.Errorf("store snapshot %s: %w", name, err)
+	}
+	val, _ := json.Marshal(record{Seq: seq, Object: name, Epoch: t.epoch, Owner: p.r.inst, Pin: t.pin, AtMs: time.Now().UnixMilli()})
+	rev, err := p.r.kv.Update(ctx, p.key, val, t.rev.Load())
+	if err != nil {
+		_ = p.r.obs.Delete(ctx, name)
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			t.fence()
+			return errFenced
+		}
+		return fmt.Errorf("update checkpoint record %s: %w", p.key, err)
+	}
+	t.rev.Store(rev)
+	p.ckptSeq.Store(seq)
+	if old := t.object; old != "" && old != name {
+		_ = p.r.obs.Delete(ctx, old)
+	}
+	t.object = name
+	return nil
+}
