@@ -1,12 +1,10 @@
 package bridge_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,27 +15,9 @@ import (
 	"github.com/km0/edgeproc/internal/testenv"
 )
 
-// syncBuffer is a log sink safe for the bridge's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func openLogged(tb testing.TB, nc *nats.Conn, cfg bridge.Config) (*bridge.Bridge, *syncBuffer) {
+func openLogged(tb testing.TB, nc *nats.Conn, cfg bridge.Config) (*bridge.Bridge, *testenv.LogBuffer) {
 	tb.Helper()
-	var logs syncBuffer
+	var logs testenv.LogBuffer
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	b, err := bridge.Open(ctx, nc, cfg, slog.New(slog.NewTextHandler(&logs, nil)))
@@ -59,17 +39,6 @@ func mustJS(tb testing.TB, nc *nats.Conn) jetstream.JetStream {
 		tb.Fatal(err)
 	}
 	return js
-}
-
-func waitTrue(tb testing.TB, d time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // A stream deleted under a running bridge is noticed by the publishes that
@@ -121,7 +90,7 @@ func TestStreamReady_FollowsOutage(t *testing.T) {
 	cfg := bridge.Config{Market: "girona", AckTimeout: 300 * time.Millisecond, MaxBackoff: 100 * time.Millisecond}
 	b := mustOpen(t, nc, cfg)
 	srv.Shutdown()
-	waitTrue(t, 5*time.Second, "StreamReady false while NATS is down", func() bool { return !b.StreamReady() })
+	testenv.WaitFor(t, 5*time.Second, "StreamReady false while NATS is down", func() bool { return !b.StreamReady() })
 	publishRange(t, b, cfg.Subject(bridge.KindDistance), 0, 1)
 	srv.Restart()
 	mustFlush(t, b, 20*time.Second)
@@ -149,7 +118,7 @@ func TestKV_BucketDeletedIsRecreated(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.UpdateCourier(bridge.CourierState{Courier: "c", TS: 3, Status: bridge.StatusOnline}) // finds no bucket
-	waitTrue(t, 20*time.Second, "the bucket recreated", func() bool { return b.Stats().KVRecreated == 1 })
+	testenv.WaitFor(t, 20*time.Second, "the bucket recreated", func() bool { return b.Stats().KVRecreated == 1 })
 	b.ScanKV() // the rewrite is due at once; a scan writes it without waiting for the ticker
 	for _, want := range []bridge.CourierState{
 		{Courier: "a", TS: 1, Status: bridge.StatusOnline},

@@ -33,7 +33,7 @@ func TestRun_BoardInChromium(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ready := make(chan Addrs, 1)
-	var out syncBuffer
+	var out testenv.LogBuffer
 	done := make(chan error, 1)
 	go func() {
 		_, err := Run(ctx, Options{Out: &out, Couriers: couriers, Ready: func(a Addrs) { ready <- a }})

@@ -2,7 +2,6 @@ package demo
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,25 +18,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/km0/edgeproc/internal/testenv"
 )
-
-// syncBuffer is a bytes.Buffer safe for the demo's concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // typeCounter counts result types seen on NATS.
 type typeCounter struct {
@@ -91,7 +74,7 @@ func TestRun_EveryResultTypeReachesNATS(t *testing.T) {
 	defer cancel()
 	counter := &typeCounter{counts: map[string]int{}, all: make(chan struct{})}
 	ready := make(chan Addrs, 1)
-	var out syncBuffer
+	var out testenv.LogBuffer
 
 	type result struct {
 		tot Totals
@@ -209,13 +192,13 @@ func TestBinary_SIGINT(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr syncBuffer
+	var stderr testenv.LogBuffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", bin, err)
 	}
 	exited := make(chan error, 1)
-	var rest syncBuffer
+	var rest testenv.LogBuffer
 	firstDistance := make(chan struct{})
 	go func() {
 		sc := bufio.NewScanner(stdout)

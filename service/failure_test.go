@@ -1,7 +1,6 @@
 package service_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -9,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,24 +18,6 @@ import (
 	"github.com/km0/edgeproc/internal/testenv"
 	"github.com/km0/edgeproc/service"
 )
-
-// syncBuffer is a log destination the test reads while the service writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // waitStatus polls url until it answers code with a body containing every
 // want, and returns the body.
@@ -74,7 +54,7 @@ func TestRun_MarketThatCannotStartIsLoudAndDead(t *testing.T) {
 	bad := mustConfig(t, "valencia", mosq.URL(), ns.URL())
 	bad.MQTT.URL = strings.Replace(mosq.URL(), "mqtt://", "mqtts://", 1)
 	bad.MQTT.CAFile = filepath.Join(t.TempDir(), "missing-ca.pem")
-	var logs syncBuffer
+	var logs testenv.LogBuffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	svc := startService(t, []config.Config{good, bad}, service.Deps{Log: log})
 
@@ -207,7 +187,7 @@ func TestRun_DeletedStreamIsRecreated(t *testing.T) {
 	ns := testenv.StartNATS(t)
 	c := mustConfig(t, "girona", mosq.URL(), ns.URL())
 	c.Windows.Size, c.Windows.Slide, c.Windows.Gap, c.Windows.ToleratedDelay = time.Second, time.Second, time.Second, 0
-	var logs syncBuffer
+	var logs testenv.LogBuffer
 	svc := startService(t, []config.Config{c}, service.Deps{Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	waitReady(t, svc, 20*time.Second)
 

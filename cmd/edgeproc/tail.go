@@ -278,7 +278,7 @@ func (t *tailer) watch(ctx context.Context, js jetstream.JetStream, bc bridge.Co
 			if e == nil || e.Operation() != jetstream.KeyValuePut || (!start.IsZero() && e.Created().Before(start)) {
 				continue // nil: the current values are all delivered
 			}
-			var c show.Courier
+			var c bridge.CourierState
 			if err := json.Unmarshal(e.Value(), &c); err != nil {
 				t.print(fmt.Sprintf("%s: %s: %v", bc.KVBucket, e.Key(), err))
 				continue
@@ -287,7 +287,7 @@ func (t *tailer) watch(ctx context.Context, js jetstream.JetStream, bc bridge.Co
 				line, _ := json.Marshal(struct {
 					Type   string `json:"type"`
 					Market string `json:"market"`
-					show.Courier
+					bridge.CourierState
 				}{"courier", bc.Market, c})
 				t.print(string(line))
 				continue

@@ -10,6 +10,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/km0/edgeproc/bridge"
 )
 
 // Record holds the fields of any published record (docs/reference.md).
@@ -72,17 +74,6 @@ func payloadCourier(raw string) string {
 		return s
 	}
 	return ""
-}
-
-// Courier is a courier state as stored in the market's key-value bucket
-// (bridge.CourierState's JSON).
-type Courier struct {
-	Courier string  `json:"courier"`
-	Lat     float64 `json:"lat"`
-	Lon     float64 `json:"lon"`
-	TS      int64   `json:"timestamp_ms"`
-	Cell    string  `json:"cell"`
-	Status  string  `json:"status"`
 }
 
 // ANSI colours, by record type.
@@ -167,7 +158,7 @@ func (p Printer) Line(r Record) string {
 }
 
 // CourierLine renders a courier state from market's bucket.
-func (p Printer) CourierLine(market string, c Courier) string {
+func (p Printer) CourierLine(market string, c bridge.CourierState) string {
 	colour := ansiBlue
 	if c.Status != "online" {
 		colour = ansiRed

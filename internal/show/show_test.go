@@ -3,6 +3,8 @@ package show
 import (
 	"testing"
 	"time"
+
+	"github.com/km0/edgeproc/bridge"
 )
 
 func TestDecodeAndLine(t *testing.T) {
@@ -65,7 +67,7 @@ func TestPrinter_MarketAndColour(t *testing.T) {
 	if got := (Printer{Loc: time.UTC, Color: true}).Line(r); got[:9+len(ansiRed)] != "00:00:00 "+ansiRed {
 		t.Errorf("got %q, want the type in red", got)
 	}
-	c := Courier{Courier: "van-3", Lat: 41.9819, Lon: 2.8214, TS: 1767614400000, Cell: "893945c1e4bffff", Status: "online"}
+	c := bridge.CourierState{Courier: "van-3", Lat: 41.9819, Lon: 2.8214, TS: 1767614400000, Cell: "893945c1e4bffff", Status: "online"}
 	if got, want := (Printer{Loc: time.UTC}).CourierLine("girona", c), "12:00:00 courier         van-3        online    at 41.98190,2.82140 cell 893945c1e4bffff"; got != want {
 		t.Errorf("got  %q\nwant %q", got, want)
 	}
