@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/km0/edgeproc/internal/testenv"
 )
 
 func mustOpen(tb testing.TB, dir string, opt Options) (*Log, RepairReport) {
@@ -630,24 +632,14 @@ func TestLog_ConcurrentReplayAndAppend(t *testing.T) {
 }
 
 func TestOpen_Permissions(t *testing.T) {
-	assertPerm := func(path string, want os.FileMode) {
-		t.Helper()
-		fi, err := os.Stat(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := fi.Mode().Perm(); got != want {
-			t.Errorf("%s: mode %#o, want %#o", path, got, want)
-		}
-	}
 	t.Run("new", func(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "wal")
 		l, _ := mustOpen(t, dir, Options{})
 		mustAppend(t, l, []Entry{{Topic: "t"}})
 		mustClose(t, l)
-		assertPerm(dir, 0o700)
+		testenv.CheckMode(t, dir, 0o700)
 		for _, s := range mustSegments(t, dir) {
-			assertPerm(s.path, 0o600)
+			testenv.CheckMode(t, s.path, 0o600)
 		}
 	})
 	t.Run("older binary's", func(t *testing.T) {
@@ -663,9 +655,9 @@ func TestOpen_Permissions(t *testing.T) {
 		}
 		l, _ := mustOpen(t, dir, Options{})
 		mustClose(t, l)
-		assertPerm(dir, 0o700)
+		testenv.CheckMode(t, dir, 0o700)
 		for _, s := range segs {
-			assertPerm(s.path, 0o600)
+			testenv.CheckMode(t, s.path, 0o600)
 		}
 	})
 }

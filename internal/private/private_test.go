@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/km0/edgeproc/internal/testenv"
 )
 
 func TestRestrict(t *testing.T) {
@@ -27,19 +29,9 @@ func TestRestrict(t *testing.T) {
 	if errs := Restrict(dir); len(errs) != 0 {
 		t.Fatalf("Restrict: %v", errs)
 	}
-	check := func(path string, want os.FileMode) {
-		t.Helper()
-		fi, err := os.Stat(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := fi.Mode().Perm(); got != want {
-			t.Errorf("%s: mode %#o, want %#o", path, got, want)
-		}
-	}
-	check(dir, 0o700)
+	testenv.CheckMode(t, dir, 0o700)
 	for name, mode := range want {
-		check(filepath.Join(dir, name), mode)
+		testenv.CheckMode(t, filepath.Join(dir, name), mode)
 	}
 	if errs := Restrict(filepath.Join(dir, "missing")); len(errs) == 0 {
 		t.Error("Restrict of a missing dir: no error")

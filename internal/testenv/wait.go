@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"bytes"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -37,5 +38,17 @@ func WaitFor(tb testing.TB, d time.Duration, what string, cond func() bool) {
 			tb.Fatalf("timed out after %v waiting for %s", d, what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// CheckMode reports a test error unless path's permission bits are want.
+func CheckMode(tb testing.TB, path string, want os.FileMode) {
+	tb.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if got := fi.Mode().Perm(); got != want {
+		tb.Errorf("%s: mode %#o, want %#o", path, got, want)
 	}
 }
