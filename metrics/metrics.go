@@ -137,7 +137,7 @@ var (
 	dLag        = desc("watermark_lag_seconds", "Wall clock minus watermark, seconds; absent before the first position.")
 	dQueue      = desc("ingest_queue_depth", "Received messages waiting for the engine.")
 	dQueueCap   = desc("ingest_queue_capacity", "Capacity of the ingest queue; at capacity, MQTT intake blocks.")
-	dInFlight   = desc("engine_chunks_in_flight", "Chunks of inputs between the engine's sequencer and its sink (the shard queues); at engine_chunks_in_flight_max, the ingest goroutine blocks.")
+	dInFlight   = desc("engine_chunks_in_flight", "Chunks of inputs between the engine's sequencer and its sink (the shard queues); at engine_chunks_in_flight_max, the driver blocks.")
 	dInFlightMx = desc("engine_chunks_in_flight_max", "Capacity of the engine's shard queues, in chunks.")
 
 	dPublished  = desc("bridge_published_total", "Results accepted for publishing to JetStream.")

@@ -191,7 +191,7 @@ func (m *market) recover(ecfg engine.Config) error {
 
 // startCheckpoint sends a checkpoint barrier through the engine, unless
 // nothing was applied since the last one or one is still being written.
-// Called by the ingest goroutine.
+// Called by the driver goroutine.
 func (m *market) startCheckpoint(d *driver) {
 	if !d.changed || d.fatal != nil {
 		return

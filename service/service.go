@@ -114,7 +114,7 @@ type Deps struct {
 	// Clock is the processing clock that stamps arrivals and drives the
 	// idle rule. Default time.Now.
 	Clock func() time.Time
-	// Record, when set, is called by a market's ingest goroutine with every
+	// Record, when set, is called by a market's driver goroutine with every
 	// input just before it is pushed (live, and again when a recovery replays
 	// the log), arrival and log index (Line) filled in
 	// (for tests: a replay of the recorded inputs must give the same
