@@ -256,8 +256,8 @@ func TestRun_PprofWhenAsked(t *testing.T) {
 	svc := startService(t, []config.Config{c}, service.Deps{Log: testLog(t)})
 	base := waitReady(t, svc, 20*time.Second)
 	for path, want := range map[string]string{
-		"/debug/pprof/":                    "goroutine",
-		"/debug/pprof/goroutine?debug=1":   "service.",
+		"/debug/pprof/":                  "goroutine",
+		"/debug/pprof/goroutine?debug=1": "service.",
 		"/debug/pprof/profile?seconds=1": "", // a CPU profile, binary
 	} {
 		code, body := get(t, base+path)
