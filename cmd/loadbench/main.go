@@ -90,6 +90,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.Windows.Slide, "window-slide", 10*time.Second, "windows.slide")
 	fs.DurationVar(&o.Windows.Gap, "gap", 3*time.Minute, "windows.gap")
 	fs.DurationVar(&o.Windows.ToleratedDelay, "tolerated-delay", 2*time.Second, "windows.tolerated_delay (short, so that windows close within a step)")
+	fs.DurationVar(&o.Windows.WALBatchInterval, "wal-batch-interval", 0, "state.wal_batch_interval of edgeproc's config; 0 = its default")
 	fs.DurationVar(&o.Interval, "interval", 5*time.Second, "a courier's position interval; couriers = rate × interval keeps event time on the clock")
 	fs.Float64Var(&o.MinRatio, "min-ratio", 0.97, "received/offered needed for a step to count as sustained")
 	fs.DurationVar(&o.MaxCatchUp, "max-catchup", 2*time.Second, "a step is sustained only if edgeproc receives the broker's backlog within this after sending stops")
