@@ -308,6 +308,11 @@ type HTTP struct {
 	// board_tiles), e.g. a tile server on the site's network. Default
 	// empty: positions on a plain projected canvas with a scale.
 	BoardTiles string
+	// Pprof serves Go's profiler at /debug/pprof/ on the same listener
+	// (yaml pprof), for taking a CPU or heap profile of the running
+	// service. Default false. It shows stacks and can burn CPU on request:
+	// keep it to a loopback or otherwise trusted listener.
+	Pprof bool
 }
 
 // Limits bounds what input can make the service hold (yaml key limits).

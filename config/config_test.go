@@ -150,7 +150,7 @@ func TestLoad_Testdata(t *testing.T) {
 		Distance: Distance{MinMoveM: 15, MaxSpeedKmh: 120, StoppedBelowM: 80},
 		Geo:      Geo{H3Resolution: 8},
 		State:    State{Dir: "./state/valencia", CheckpointInterval: 30 * time.Second, WALSync: "always", WALBatchInterval: 2 * time.Millisecond, WALBatchMax: 1024},
-		HTTP:     HTTP{Listen: "127.0.0.1:9465", Board: false, BoardTiles: "http://tiles.valencia.lan/{z}/{x}/{y}.png"},
+		HTTP:     HTTP{Listen: "127.0.0.1:9465", Board: false, BoardTiles: "http://tiles.valencia.lan/{z}/{x}/{y}.png", Pprof: true},
 		Limits:   Limits{MaxCouriers: 200_000},
 		Log:      Log{Level: "debug"},
 	}

@@ -146,6 +146,7 @@ func (d *decoder) decode(r io.Reader, c *Config) {
 			{"listen", d.str(&c.HTTP.Listen)},
 			{"board", d.bool(&c.HTTP.Board)},
 			{"board_tiles", d.str(&c.HTTP.BoardTiles)},
+			{"pprof", d.bool(&c.HTTP.Pprof)},
 		})},
 		{"limits", d.section([]field{
 			{"max_couriers", d.int(&c.Limits.MaxCouriers)},

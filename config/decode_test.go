@@ -35,6 +35,7 @@ func TestParse_DecodeErrors(t *testing.T) {
 		{"quoted number where number expected", m + "distance:\n  min_move_m: '10'\n", "distance.min_move_m", ErrWrongType, 3},
 		{"string where bool expected", m + "http:\n  board: 'yes'\n", "http.board", ErrWrongType, 3},
 		{"number where bool expected", m + "http:\n  board: 1\n", "http.board", ErrWrongType, 3},
+		{"string where pprof bool expected", m + "http:\n  pprof: on\n", "http.pprof", ErrWrongType, 3},
 		{"bool where number expected", m + "distance:\n  max_speed_kmh: true\n", "distance.max_speed_kmh", ErrWrongType, 3},
 		{"float where integer expected", m + "geo:\n  h3_resolution: 9.5\n", "geo.h3_resolution", ErrWrongType, 3},
 		{"string where integer expected", m + "geo:\n  h3_resolution: nine\n", "geo.h3_resolution", ErrWrongType, 3},

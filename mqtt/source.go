@@ -53,9 +53,11 @@ package mqtt
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"sync"
 	"sync/atomic"
@@ -213,12 +215,18 @@ func (s *Source) clientConfig(u *url.URL) (autopaho.ClientConfig, error) {
 	if cfg.Password != "" {
 		ac.ConnectPassword = []byte(cfg.Password)
 	}
+	var tc *tls.Config
 	if u.Scheme == "mqtts" {
-		tc, err := tlsConfig(cfg.CAFile)
-		if err != nil {
+		var err error
+		if tc, err = tlsConfig(cfg.CAFile); err != nil {
 			return ac, err
 		}
 		ac.TlsCfg = tc
+	}
+	// Our own dial, for the buffered connection (see bufConn).
+	dial := dialer(cfg.ConnectTimeout, tc)
+	ac.AttemptConnection = func(ctx context.Context, _ autopaho.ClientConfig, u *url.URL) (net.Conn, error) {
+		return dial(ctx, u)
 	}
 	return ac, nil
 }

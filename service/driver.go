@@ -3,6 +3,7 @@ package service
 import (
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/km0/edgeproc/config"
@@ -32,10 +33,11 @@ type driver struct {
 	record func(market string, in engine.Input) // Deps.Record
 	eng    *engine.Engine
 
-	// in carries durable entries, in log index order, from the log's
-	// goroutine. Closed at shutdown once the log has nothing more to hand
-	// over.
-	in chan durable
+	// in carries durable entries, a group commit's at a time, in log index
+	// order, from the log's goroutine (handoff). Closed at shutdown once the
+	// log has nothing more to hand over.
+	in chan []durable
+	h  *handoff
 
 	applied uint64 // the last log index applied
 	// changed is set when a position or a tick has been applied since the
@@ -111,14 +113,17 @@ func (d *driver) run(m *market, fail func()) {
 	}
 	for {
 		select {
-		case x, open := <-d.in:
+		case b, open := <-d.in:
 			// Take everything already waiting, then hand it to the shards.
 			for waiting := open; waiting; {
-				if !d.take(x) {
-					fail()
+				for _, x := range b {
+					if !d.take(x) {
+						fail()
+					}
 				}
+				d.h.recycle(b)
 				select {
-				case x, open = <-d.in:
+				case b, open = <-d.in:
 					waiting = open
 				default:
 					waiting = false
@@ -139,5 +144,56 @@ func (d *driver) run(m *market, fail func()) {
 		case <-ckpt.C:
 			m.startCheckpoint(d)
 		}
+	}
+}
+
+// handoff carries durable entries from the log's goroutine to the driver:
+// add (the log's done callback, per entry) gathers them, flush (the log's
+// OnCommitted, once per group commit) sends them in one go, so the driver
+// wakes once per batch rather than once per message. Only the log's
+// goroutine calls add and flush.
+type handoff struct {
+	batch []durable
+	out   chan<- []durable
+	free  chan []durable // drained batches back from the driver, for reuse
+	// queued counts entries sent and not yet taken by the driver (the
+	// ingest queue depth).
+	queued atomic.Int64
+}
+
+// queueBatches bounds the batches waiting for the driver; each holds at
+// most what the log keeps in flight (4 × its MaxBatch). When it is full
+// the log's goroutine waits, Append soon blocks in the MQTT handler, paho
+// stops reading, and the broker keeps the rest (it stops at Receive
+// Maximum).
+const queueBatches = 4
+
+func newHandoff(out chan<- []durable) *handoff {
+	return &handoff{out: out, free: make(chan []durable, queueBatches+2)}
+}
+
+func (h *handoff) add(x durable) { h.batch = append(h.batch, x) }
+
+func (h *handoff) flush() {
+	if len(h.batch) == 0 {
+		return
+	}
+	h.queued.Add(int64(len(h.batch)))
+	h.out <- h.batch
+	select {
+	case b := <-h.free:
+		h.batch = b
+	default:
+		h.batch = nil
+	}
+}
+
+// recycle is the driver's: b has been applied.
+func (h *handoff) recycle(b []durable) {
+	h.queued.Add(-int64(len(b)))
+	clear(b) // drop the messages
+	select {
+	case h.free <- b[:0]:
+	default:
 	}
 }

@@ -82,7 +82,8 @@ func (m *market) walOptions() wal.Options {
 	}
 	return wal.Options{
 		Sync: mode, Interval: m.cfg.State.WALBatchInterval, MaxBatch: m.cfg.State.WALBatchMax,
-		OnFsync: func(d time.Duration, _ int) { m.ckpt.fsync.Observe(d) },
+		OnFsync:     func(d time.Duration, _ int) { m.ckpt.fsync.Observe(d) },
+		OnCommitted: m.drv.h.flush,
 	}
 }
 

@@ -19,12 +19,6 @@ import (
 )
 
 const (
-	// queueCap bounds the durable log entries waiting for the driver. When
-	// it is full the log's goroutine waits, the log's own bound (4 × its
-	// MaxBatch) then blocks Append in the MQTT handler, paho stops reading,
-	// and the broker keeps the rest in the session queue (it stops at
-	// Receive Maximum).
-	queueCap = 1024
 	// tickEvery is how often the idle-source rule is considered on the wall
 	// clock, and how often the intake looks for a new subscription.
 	tickEvery = 100 * time.Millisecond
@@ -81,7 +75,8 @@ func newMarket(cfg config.Config, nc *nats.Conn, deps *Deps) *market {
 		ckpt: ckptState{jobs: make(chan ckptJob, 1)},
 	}
 	m.snk = &sink{cfg: cfg, log: log, nc: nc, errLog: ratelog.Limiter{Every: 5 * time.Second}}
-	m.drv = &driver{cfg: cfg, log: log, record: deps.Record, in: make(chan durable, queueCap)}
+	in := make(chan []durable, queueBatches)
+	m.drv = &driver{cfg: cfg, log: log, record: deps.Record, in: in, h: newHandoff(in)}
 	url := cfg.MQTT.URL
 	if url == Embedded {
 		url = deps.MQTTURL
@@ -94,7 +89,7 @@ func newMarket(cfg config.Config, nc *nats.Conn, deps *Deps) *market {
 			MaxPayload: cfg.MQTT.MaxPacketSize,
 		},
 		log: log, clock: deps.Clock, errLog: ratelog.Limiter{Every: 5 * time.Second},
-		durable: func(x durable) { m.drv.in <- x },
+		durable: m.drv.h.add,
 	}
 	m.phase.Store(&phaseOpening)
 	return m
@@ -103,7 +98,7 @@ func newMarket(cfg config.Config, nc *nats.Conn, deps *Deps) *market {
 // snapshot is the market's state for metrics.
 func (m *market) snapshot() metrics.Snapshot {
 	s := metrics.Snapshot{
-		QueueDepth: len(m.drv.in), QueueCapacity: cap(m.drv.in),
+		QueueDepth: int(m.drv.h.queued.Load()), QueueCapacity: queueBatches * 4 * m.cfg.State.WALBatchMax,
 		Ready: m.notReady() == "", Failed: m.dead.Load() != nil,
 	}
 	if e := m.eng.Load(); e != nil {

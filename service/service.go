@@ -76,6 +76,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -301,6 +303,14 @@ func startHTTP(markets []*market, deps *Deps) ([]*http.Server, error) {
 func handler(reg *prometheus.Registry, markets []*market) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	// Markets sharing a listener share its profiler: any of them asks.
+	if slices.ContainsFunc(markets, func(m *market) bool { return m.cfg.HTTP.Pprof }) {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	// /healthz fails while any market has died, so that a supervisor
 	// restarts the process; /readyz also fails while a market cannot hear
 	// its broker or deliver to its stream, and says why for each.

@@ -233,6 +233,7 @@ func TestRun_HTTPEndpointsOnLoopback(t *testing.T) {
 		{"/healthz", 200, []string{"ok"}},
 		{"/readyz", 200, []string{"ready"}},
 		{"/metrics", 200, []string{`edgeproc_mqtt_connected{market="girona"} 1`, `edgeproc_nats_connected{market="valencia"} 1`, "go_goroutines"}},
+		{"/debug/pprof/", 404, nil}, // opt-in only
 	}
 	for _, c := range cases {
 		code, body := get(t, base+c.path)
@@ -243,6 +244,25 @@ func TestRun_HTTPEndpointsOnLoopback(t *testing.T) {
 			if !strings.Contains(body, w) {
 				t.Errorf("GET %s: body lacks %q", c.path, w)
 			}
+		}
+	}
+}
+
+func TestRun_PprofWhenAsked(t *testing.T) {
+	mosq := testenv.StartMosquitto(t)
+	ns := testenv.StartNATS(t)
+	c := mustConfig(t, "girona", mosq.URL(), ns.URL())
+	c.HTTP.Pprof = true
+	svc := startService(t, []config.Config{c}, service.Deps{Log: testLog(t)})
+	base := waitReady(t, svc, 20*time.Second)
+	for path, want := range map[string]string{
+		"/debug/pprof/":                  "goroutine",
+		"/debug/pprof/goroutine?debug=1": "service.",
+		"/debug/pprof/profile?seconds=1": "", // a CPU profile, binary
+	} {
+		code, body := get(t, base+path)
+		if code != 200 || !strings.Contains(body, want) || body == "" {
+			t.Errorf("GET %s: got %d (%d bytes), want 200 with %q", path, code, len(body), want)
 		}
 	}
 }

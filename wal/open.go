@@ -70,6 +70,13 @@ type Options struct {
 	// new), from the log's goroutine; it must be quick. Meant for a latency
 	// histogram.
 	OnFsync func(latency time.Duration, entries int)
+	// OnCommitted, if set, is called from the log's goroutine after the
+	// done callbacks of each batch the writer took (all durable, or all
+	// failed; with SyncAlways after each entry's), so a caller that gathers
+	// what done gives it can hand the batch on in one go: one wake-up of
+	// its consumer per group commit instead of one per entry. It must be
+	// quick, like done.
+	OnCommitted func()
 }
 
 func (o Options) withDefaults() (Options, error) {

@@ -297,6 +297,7 @@ func (l *Log) commit(q *queue) error {
 				}
 				l.finish(m, nil)
 				ok++
+				l.committed()
 			}
 		} else {
 			err = l.writeEntries(q, 0, len(q.metas))
@@ -308,7 +309,16 @@ func (l *Log) commit(q *queue) error {
 	for _, m := range q.metas[ok:] {
 		l.finish(m, err)
 	}
+	if ok < len(q.metas) || l.opt.Sync != SyncAlways {
+		l.committed()
+	}
 	return err
+}
+
+func (l *Log) committed() {
+	if l.opt.OnCommitted != nil {
+		l.opt.OnCommitted()
+	}
 }
 
 // writeEntries hands q.metas[lo:hi] to tidwall, waiting out a full disk (see

@@ -661,3 +661,68 @@ func TestOpen_Permissions(t *testing.T) {
 		}
 	})
 }
+
+func TestLog_OnCommittedEndsEachBatch(t *testing.T) {
+	for _, mode := range []SyncMode{SyncBatch, SyncAlways, SyncNone} {
+		t.Run(mode.String(), func(t *testing.T) {
+			// Both callbacks come from the log's goroutine: no lock needed
+			// between them, only for reading the result at the end.
+			var (
+				mu      sync.Mutex
+				open    []uint64 // done calls since the last OnCommitted
+				batches [][]uint64
+			)
+			l, _ := mustOpen(t, t.TempDir(), Options{Sync: mode, MaxBatch: 64, OnCommitted: func() {
+				mu.Lock()
+				defer mu.Unlock()
+				if len(open) == 0 {
+					t.Error("OnCommitted with no done call before it")
+				}
+				batches = append(batches, open)
+				open = nil
+			}})
+			done := func(i uint64, err error) {
+				if err != nil {
+					t.Errorf("done %d: %v", i, err)
+				}
+				mu.Lock()
+				open = append(open, i)
+				mu.Unlock()
+			}
+			const n = 500
+			for range n {
+				if _, err := l.Append(Entry{Payload: []byte("p")}, done); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := l.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			st := l.Stats()
+			mustClose(t, l)
+			mu.Lock()
+			defer mu.Unlock()
+			if len(open) != 0 {
+				t.Errorf("%d done calls never followed by OnCommitted", len(open))
+			}
+			next := uint64(1)
+			for _, b := range batches {
+				if mode == SyncAlways && len(b) != 1 {
+					t.Errorf("SyncAlways: a batch of %d, want one per entry", len(b))
+				}
+				for _, i := range b {
+					if i != next {
+						t.Fatalf("batches out of order: got index %d, want %d (%v)", i, next, batches)
+					}
+					next++
+				}
+			}
+			if next != n+1 {
+				t.Errorf("batches cover %d entries, want %d", next-1, n)
+			}
+			if mode == SyncBatch && uint64(len(batches)) > st.Fsyncs {
+				t.Errorf("%d batches handed on for %d fsyncs, want at most one per group commit", len(batches), st.Fsyncs)
+			}
+		})
+	}
+}

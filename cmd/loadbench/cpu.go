@@ -52,6 +52,17 @@ func startCPU(pids ...int) *cpuMeter {
 	return m
 }
 
+// seconds is each process's CPU time since start; 0 for pid 0.
+func (m *cpuMeter) seconds() []time.Duration {
+	out := make([]time.Duration, len(m.pids))
+	for i, p := range m.pids {
+		if p != 0 {
+			out[i] = cpuTime(p) - m.start[i]
+		}
+	}
+	return out
+}
+
 // percent is each process's CPU time since start as a percentage of one
 // core (200 % = both cores of this machine); -1 for pid 0 (not measured).
 func (m *cpuMeter) percent() []float64 {

@@ -43,14 +43,22 @@ func startNATS(dir string) (*server.Server, error) {
 	return ns, nil
 }
 
-// windowSettings are the event-time settings written to edgeproc's config.
+// windowSettings are the event-time settings written to edgeproc's config,
+// and the WAL's group-commit interval (0: edgeproc's default).
 type windowSettings struct {
 	Size, Slide, Gap, ToleratedDelay time.Duration
+	WALBatchInterval                 time.Duration
 }
 
 // edgeprocConfig renders the market's YAML. Everything not set here keeps
 // edgeproc's defaults (WAL group commit, jitter filter, H3 resolution 9).
+// The profiler is on (loopback), so a run can be profiled:
+// go tool pprof http://127.0.0.1:PORT/debug/pprof/profile?seconds=10.
 func edgeprocConfig(mqttURL, natsURL, stateDir, listen string, w windowSettings) string {
+	wal := ""
+	if w.WALBatchInterval > 0 {
+		wal = fmt.Sprintf("\n  wal_batch_interval: %s", w.WALBatchInterval)
+	}
 	return fmt.Sprintf(`market: %s
 mqtt:
   url: %s
@@ -63,10 +71,11 @@ windows:
   gap: %s
   tolerated_delay: %s
 state:
-  dir: %s
+  dir: %s%s
 http:
   listen: %s
-`, market, mqttURL, natsURL, w.Size, w.Slide, w.Gap, w.ToleratedDelay, stateDir, listen)
+  pprof: true
+`, market, mqttURL, natsURL, w.Size, w.Slide, w.Gap, w.ToleratedDelay, stateDir, wal, listen)
 }
 
 // edgeprocProc is `edgeproc run` as a child process.

@@ -90,6 +90,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.Windows.Slide, "window-slide", 10*time.Second, "windows.slide")
 	fs.DurationVar(&o.Windows.Gap, "gap", 3*time.Minute, "windows.gap")
 	fs.DurationVar(&o.Windows.ToleratedDelay, "tolerated-delay", 2*time.Second, "windows.tolerated_delay (short, so that windows close within a step)")
+	fs.DurationVar(&o.Windows.WALBatchInterval, "wal-batch-interval", 0, "state.wal_batch_interval of edgeproc's config; 0 = its default")
 	fs.DurationVar(&o.Interval, "interval", 5*time.Second, "a courier's position interval; couriers = rate × interval keeps event time on the clock")
 	fs.Float64Var(&o.MinRatio, "min-ratio", 0.97, "received/offered needed for a step to count as sustained")
 	fs.DurationVar(&o.MaxCatchUp, "max-catchup", 2*time.Second, "a step is sustained only if edgeproc receives the broker's backlog within this after sending stops")
@@ -250,6 +251,7 @@ func bench(ctx context.Context, o options, rates []float64, stdout, stderr io.Wr
 			return false, err
 		}
 		printStep(stdout, r)
+		printCPU(stdout, r)
 		if !r.Sustained {
 			break
 		}
@@ -296,6 +298,18 @@ func printStep(w io.Writer, r stepResult) {
 		r.Target, r.Couriers, r.SentRate, r.RecvRate, 100*r.RecvRate/max(r.SentRate, 1), r.LagFrom, r.LagTo,
 		r.QueueEnd, r.QueueCap, r.CatchUp.Round(100*time.Millisecond), l.N, ms(l.P50), ms(l.P99), ms(l.Max),
 		l.Crossings, ms(l.FirstP50), ms(l.FirstP99), l.BurstMax, ms(r.Core.P50), ms(r.Core.P99), cpuCol(r.CPU), verdict)
+}
+
+// printCPU prints the step's CPU cost per position of edgeproc and of the
+// broker, measured over the same interval, and their ratio.
+func printCPU(w io.Writer, r stepResult) {
+	if len(r.CPUTime) < 2 || r.Sent == 0 || r.CPUTime[1] == 0 {
+		return
+	}
+	e, b := r.CPUTime[0].Seconds(), r.CPUTime[1].Seconds()
+	n := float64(r.Sent)
+	fmt.Fprintf(w, "CPU: %8.0f/s %6d couriers  edgeproc %6.2fs %6.1f µs/position  mosquitto %6.2fs %6.1f µs/position  ratio %.2f  (%d positions; load %s)\n",
+		r.Target, r.Couriers, e, 1e6*e/n, b, 1e6*b/n, e/b, r.Sent, loadavg())
 }
 
 // cpuCol formats CPU shares as "e/b/lb", "-" for one not measured.

@@ -49,6 +49,11 @@ type stepResult struct {
 	// CPU is the CPU share of edgeproc, the broker and loadbench itself
 	// (publisher, NATS server, result readers) while sending, % of one core.
 	CPU []float64
+	// CPUTime is the CPU time of the same processes from the start of
+	// sending until edgeproc had received everything (and the results of
+	// the last crossings had a moment to go out): the whole cost of the
+	// step's positions, both processes over the same interval.
+	CPUTime []time.Duration
 }
 
 // runStep offers rate positions/s to the broker for s.Duration (sim.Run,
@@ -137,6 +142,7 @@ func runStep(ctx context.Context, p *edgeprocProc, tap *resultTap, rate float64,
 	// Results of crossings caused near the end still arrive: give the
 	// tail a moment before the next step takes over the tap.
 	time.Sleep(500 * time.Millisecond)
+	r.CPUTime = cpu.seconds()
 	r.Latency, r.Core = lat.JS.summary(), lat.Core.summary()
 	r.Sustained, r.Why = judge(r, s)
 	return r, nil

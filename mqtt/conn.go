@@ -1,0 +1,181 @@
+package mqtt
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"sync"
+	"time"
+)
+
+// Sizes of a bufConn's buffers.
+const (
+	connReadBuffer = 32 << 10
+	// connWriteLimit bounds the bytes a bufConn holds for its flusher: a
+	// writer waits beyond it (the socket is not keeping up), so memory stays
+	// bounded and backpressure reaches paho as it would on the bare socket.
+	connWriteLimit = 256 << 10
+	// closeFlushTimeout bounds Close's last flush of what is still buffered
+	// (the final PUBACKs and the DISCONNECT).
+	closeFlushTimeout = time.Second
+)
+
+// bufConn is the connection under paho. paho reads a packet in pieces (the
+// fixed header, each length byte, the body) and writes every packet, each
+// PUBACK too, with its own write; on a bare socket that is one syscall per
+// piece. bufConn reads through a bufio.Reader, so one read syscall takes
+// many packets, and coalesces writes: Write appends to a buffer that one
+// flusher goroutine writes out, so a burst of PUBACKs (paho flushes acks
+// every AckInterval, one packet each) becomes one write. A write costs no
+// more latency than the hand-off to the flusher, which writes whatever has
+// gathered as soon as it runs.
+//
+// A write error is not lost: it is returned by every later Write, and the
+// connection is closed, so paho's reader fails too and the connection is
+// dropped and re-established (the broker redelivers what was not acked).
+//
+// It implements sync.Locker, which paho takes around the buffers of one
+// packet, so packets from paho's goroutines (acks, pings, subscribes) never
+// interleave.
+type bufConn struct {
+	net.Conn
+	r *bufio.Reader
+
+	pkt sync.Mutex // sync.Locker for paho: one packet at a time
+
+	mu      sync.Mutex
+	cond    *sync.Cond // signalled when buf is taken or an error or close happens
+	buf     []byte     // written, not yet handed to the socket
+	spare   []byte     // the flusher's drained buffer, for reuse
+	err     error      // the first write error; sticky
+	closing bool
+	kick    chan struct{} // wakes the flusher; capacity 1
+	done    chan struct{} // closed when the flusher has exited
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+func newBufConn(c net.Conn) *bufConn {
+	b := &bufConn{
+		Conn: c,
+		r:    bufio.NewReaderSize(c, connReadBuffer),
+		kick: make(chan struct{}, 1),
+		done: make(chan struct{}),
+	}
+	b.cond = sync.NewCond(&b.mu)
+	go b.flusher()
+	return b
+}
+
+// Lock and Unlock make paho write each packet as a unit.
+func (b *bufConn) Lock()   { b.pkt.Lock() }
+func (b *bufConn) Unlock() { b.pkt.Unlock() }
+
+func (b *bufConn) Read(p []byte) (int, error) { return b.r.Read(p) }
+
+// Write queues p for the flusher. It waits while connWriteLimit bytes are
+// queued; it fails with the first write error, or net.ErrClosed after Close.
+func (b *bufConn) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for b.err == nil && !b.closing && len(b.buf) > 0 && len(b.buf)+len(p) > connWriteLimit {
+		b.cond.Wait()
+	}
+	switch {
+	case b.err != nil:
+		return 0, b.err
+	case b.closing:
+		return 0, net.ErrClosed
+	}
+	first := len(b.buf) == 0
+	b.buf = append(b.buf, p...)
+	if first {
+		select {
+		case b.kick <- struct{}{}:
+		default:
+		}
+	}
+	return len(p), nil
+}
+
+// flusher writes what Write queued, all of it at once, until Close.
+func (b *bufConn) flusher() {
+	defer close(b.done)
+	for {
+		<-b.kick
+		b.mu.Lock()
+		out, closing := b.buf, b.closing
+		b.buf, b.spare = b.spare[:0], nil
+		b.cond.Broadcast()
+		b.mu.Unlock()
+		if len(out) > 0 {
+			if _, err := b.Conn.Write(out); err != nil {
+				b.mu.Lock()
+				if b.err == nil {
+					b.err = fmt.Errorf("mqtt: write to broker: %w", err)
+				}
+				b.cond.Broadcast()
+				b.mu.Unlock()
+				// paho learns of the loss from its reader.
+				_ = b.Conn.Close()
+				return
+			}
+		}
+		b.mu.Lock()
+		b.spare = out[:0]
+		if closing && len(b.buf) == 0 {
+			b.mu.Unlock()
+			return
+		}
+		b.mu.Unlock()
+	}
+}
+
+// Close writes out what is queued (bounded by closeFlushTimeout), then
+// closes the socket.
+func (b *bufConn) Close() error {
+	b.closeOnce.Do(func() {
+		b.mu.Lock()
+		b.closing = true
+		b.cond.Broadcast()
+		b.mu.Unlock()
+		_ = b.Conn.SetWriteDeadline(time.Now().Add(closeFlushTimeout))
+		select {
+		case b.kick <- struct{}{}:
+		default:
+		}
+		<-b.done
+		b.closeErr = b.Conn.Close()
+		if errors.Is(b.closeErr, net.ErrClosed) {
+			b.closeErr = nil // the flusher closed it after a write error
+		}
+	})
+	return b.closeErr
+}
+
+// dialer returns autopaho's AttemptConnection: a TCP (or TLS, for mqtts)
+// connection within timeout, wrapped in a bufConn.
+func dialer(timeout time.Duration, tc *tls.Config) func(context.Context, *url.URL) (net.Conn, error) {
+	return func(ctx context.Context, u *url.URL) (net.Conn, error) {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		var (
+			c   net.Conn
+			err error
+		)
+		if u.Scheme == "mqtts" {
+			c, err = (&tls.Dialer{Config: tc}).DialContext(ctx, "tcp", u.Host)
+		} else {
+			c, err = (&net.Dialer{}).DialContext(ctx, "tcp", u.Host)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("dial %s: %w", u.Redacted(), err)
+		}
+		return newBufConn(c), nil
+	}
+}
