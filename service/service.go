@@ -225,7 +225,13 @@ func connectNATS(cfgs []config.Config, deps *Deps) (map[string]*nats.Conn, error
 			nats.MaxReconnects(-1),
 			nats.ReconnectWait(250 * time.Millisecond),
 			nats.RetryOnFailedConnect(true),
-			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("nats disconnected", "err", err) }),
+			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+				if err == nil { // our own Close at shutdown
+					log.Debug("nats connection closed")
+					return
+				}
+				log.Warn("nats disconnected", "err", err)
+			}),
 			nats.ReconnectHandler(func(*nats.Conn) { log.Info("nats reconnected") }),
 		}
 		if creds := c.NATS.Creds(); creds != "" {

@@ -181,13 +181,26 @@ func waitReady(tb testing.TB, r *running, d time.Duration) string {
 		tb.Fatalf("no HTTP listener within %v", d)
 	}
 	deadline := time.Now().Add(d)
-	for getStatus(tb, base+"/readyz") != http.StatusOK {
+	for {
+		// Run returning first (every market failed) says why, where the
+		// closed listener would only say "connection refused".
+		select {
+		case err := <-r.done:
+			r.done <- err // for the cleanup
+			tb.Fatalf("the service stopped before it was ready: %v", err)
+		default:
+		}
+		if resp, err := http.Get(base + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return base
+			}
+		}
 		if time.Now().After(deadline) {
 			tb.Fatalf("/readyz not 200 within %v", d)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return base
 }
 
 func getStatus(tb testing.TB, url string) int {
