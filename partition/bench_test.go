@@ -31,7 +31,7 @@ func BenchmarkInstances(b *testing.B) {
 				b.StopTimer()
 				ns := testenv.StartNATSWithMappings(b, mapping(partitions))
 				market := fmt.Sprintf("bench%d", k)
-				cfg := testConfig(b, ns.URL(), partitions, "")
+				cfg := testConfig(b, ns.URL(), partitions)
 				cfg.Market = market
 				cfg.JetStream.Stream, cfg.JetStream.Consumer = "POSITIONS_"+strings.ToUpper(market), "edgeproc-"+market
 				cfg.JetStream.Subject = "part." + market + ".{partition}.*"
@@ -42,7 +42,7 @@ func BenchmarkInstances(b *testing.B) {
 				}
 				// The stream first (an instance creates it; this one only sets up).
 				setup := startInstance(b, cfg, ns.Connect(b), "setup", nil)
-				waitFor(b, 30*time.Second, "set-up", setup.r.Ready)
+				testenv.WaitFor(b, 30*time.Second, "set-up", setup.r.Ready)
 				setup.Stop()
 				msgs := testenv.FleetMessages(market, 2000, 4*time.Minute, 11, time.Now())
 				pub := ns.Connect(b)
@@ -57,12 +57,12 @@ func BenchmarkInstances(b *testing.B) {
 				}
 				var owned time.Time // every partition owned: the drain runs at full width
 				var processedThen uint64
-				waitFor(b, 5*time.Minute, "every partition applied", func() bool {
+				testenv.WaitFor(b, 5*time.Minute, "every partition applied", func() bool {
 					if owned.IsZero() && allOwned(ins, partitions) {
 						owned = time.Now()
 						processedThen = processed(ins)
 					}
-					return caughtUp(ins, last)
+					return caughtUp(last, statuses(ins...)...)
 				})
 				end := time.Now()
 				elapsed, cpu := end.Sub(start), cpuTime()-cpu0
@@ -90,13 +90,13 @@ func BenchmarkTakeover(b *testing.B) {
 	for range b.N {
 		b.StopTimer()
 		ns := testenv.StartNATSWithMappings(b, mapping(2))
-		cfg := testConfig(b, ns.URL(), 2, "")
+		cfg := testConfig(b, ns.URL(), 2)
 		ins := []*instance{
 			startInstance(b, cfg, ns.Connect(b), "a", nil),
 			startInstance(b, cfg, ns.Connect(b), "b", nil),
 		}
 		for _, in := range ins {
-			waitFor(b, 30*time.Second, "ready", in.r.Ready)
+			testenv.WaitFor(b, 30*time.Second, "ready", in.r.Ready)
 		}
 		msgs := testenv.FleetMessages("girona", 200, 20*time.Minute, 13, time.Now())
 		pub := ns.Connect(b)
@@ -112,7 +112,7 @@ func BenchmarkTakeover(b *testing.B) {
 				victim.Kill()
 			}
 		})
-		waitFor(b, 60*time.Second, "survivor's first result on partition 0", func() bool {
+		testenv.WaitFor(b, 60*time.Second, "survivor's first result on partition 0", func() bool {
 			s := survivor.r.Status()[0]
 			return s.Owned && !s.FirstResultAt.IsZero() && s.AcquiredAt.After(killed)
 		})
