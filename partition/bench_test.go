@@ -141,3 +141,52 @@ func processed(ins []*instance) uint64 {
 	}
 	return n
 }
+
+// BenchmarkProcesses is BenchmarkInstances with 1, 2 or 3 `edgeproc run`
+// processes: it reports positions/s from their start to the last
+// partition applied, the processes' CPU (utime + stime from /proc, start-up
+// included) per position, and this process's (the NATS server's, with the
+// polling of /readyz) per position. Run with -benchtime=1x.
+func BenchmarkProcesses(b *testing.B) {
+	bin := testenv.BuildEdgeproc(b)
+	const partitions = 6
+	for _, k := range []int{1, 2, 3} {
+		b.Run(fmt.Sprintf("processes=%d", k), func(b *testing.B) {
+			for range b.N {
+				b.StopTimer()
+				ns := testenv.StartNATSWithMappings(b, mapping(partitions))
+				cfg := testConfig(b, ns.URL(), partitions)
+				setup := startInstance(b, cfg, ns.Connect(b), "setup", nil)
+				testenv.WaitFor(b, 30*time.Second, "set-up", setup.r.Ready)
+				setup.Stop()
+				msgs := testenv.FleetMessages("girona", 2000, 4*time.Minute, 11, time.Now())
+				pub := ns.Connect(b)
+				publishFleet(b, pub, msgs, 1_000_000, nil)
+				last := lastSeqs(b, pub, cfg)
+
+				b.StartTimer()
+				start, cpu0 := time.Now(), cpuTime()
+				names := []string{"a", "b", "c"}[:k]
+				procs := startProcs(b, bin, ns.URL(), partitions, (partitions+k-1)/k, names...)
+				testenv.WaitFor(b, 5*time.Minute, "every partition applied", func() bool { return procsCaughtUp(last, procs...) })
+				elapsed, natsCPU := time.Since(start), cpuTime()-cpu0
+				b.StopTimer()
+				var cpu time.Duration
+				for _, p := range procs {
+					c, err := p.p.CPU()
+					if err != nil {
+						b.Fatal(err)
+					}
+					cpu += c
+					reportCPU(b, p)
+					if err := p.p.Stop(30 * time.Second); err != nil {
+						b.Errorf("%s: %v", p.name, err)
+					}
+				}
+				b.ReportMetric(float64(len(msgs))/elapsed.Seconds(), "positions/s")
+				b.ReportMetric(float64(cpu.Microseconds())/float64(len(msgs)), "edgeproc-cpu-µs/position")
+				b.ReportMetric(float64(natsCPU.Microseconds())/float64(len(msgs)), "nats-cpu-µs/position")
+			}
+		})
+	}
+}

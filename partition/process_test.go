@@ -28,7 +28,7 @@ type proc struct {
 
 // startProcs writes one config per name (testYAML with the instance name,
 // max_owned and an HTTP port of its own) and starts `edgeproc run` on it.
-func startProcs(t *testing.T, bin, url string, partitions, maxOwned int, names ...string) []*proc {
+func startProcs(t testing.TB, bin, url string, partitions, maxOwned int, names ...string) []*proc {
 	t.Helper()
 	dir := t.TempDir()
 	var out []*proc
@@ -96,11 +96,11 @@ func procsCaughtUp(last []uint64, ps ...*proc) bool {
 	return caughtUp(last, all...)
 }
 
-// reportCPU logs p's CPU time (utime + stime) since it was ready per
-// message it applied, in every term and partition: pulls, catch-ups,
+// reportCPU logs p's CPU time (utime + stime) since it was first seen
+// ready (since its start, if never) per message it applied, in every term and partition: pulls, catch-ups,
 // checkpoints and idle pulls included, so an upper bound of its cost per
 // position.
-func reportCPU(t *testing.T, p *proc) {
+func reportCPU(t testing.TB, p *proc) {
 	t.Helper()
 	cpu, err := p.p.CPU()
 	_, parts, serr := p.status()
@@ -114,7 +114,7 @@ func reportCPU(t *testing.T, p *proc) {
 	}
 	cpu -= p.cpuReady
 	if applied > 0 {
-		t.Logf("instance %s: %d messages applied, CPU %v since ready, %.1f µs per message", p.name, applied, cpu,
+		t.Logf("instance %s: %d messages applied, CPU %v, %.1f µs per message", p.name, applied, cpu,
 			float64(cpu.Microseconds())/float64(applied))
 	}
 }
@@ -135,6 +135,7 @@ func TestProcesses_Kill9AndNodeLossEqualReplay(t *testing.T) {
 	procs := startProcs(t, bin, cl.URL(), partitions, 2, "a", "b", "c")
 	for _, p := range procs {
 		testenv.WaitFor(t, 90*time.Second, p.name+" ready", p.ready)
+		t.Logf("instance %s ready after %v of CPU", p.name, p.cpuReady)
 	}
 	msgs := testenv.FleetMessages("girona", 100, 12*time.Minute, 11, time.Now())
 	pub := cl.Connect(t)
