@@ -225,9 +225,9 @@ func watchTakeovers(killedAt time.Time, partitions []int, survivors []*proc, out
 // TestProcesses_StoppedOwnerIsFenced pauses a partition's owner process
 // with SIGSTOP under load, past the pin TTL: the second process takes the
 // partition over. After SIGCONT the first must give the partition up
-// (its /readyz says so, and that its term ended), must not overwrite the
-// successor's checkpoint record, and whatever it still sends on the
-// results subjects must be byte for byte what the stream already holds
+// (its /readyz says so, that its term ended, and that it handed no result
+// to its bridge after SIGCONT), must not overwrite the successor's
+// checkpoint record, and whatever it still sends on the results subjects must be byte for byte what the stream already holds
 // under that key; the stream holds one record per key and equals the
 // replay.
 func TestProcesses_StoppedOwnerIsFenced(t *testing.T) {
@@ -263,6 +263,7 @@ func TestProcesses_StoppedOwnerIsFenced(t *testing.T) {
 	// Everything sent on the results subjects from now on can only come
 	// from a (b is caught up and there are no idle ticks).
 	late := watchResults(t, pub, cfg.NATS.Stream)
+	resumedAt := time.Now()
 	if err := a.p.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
@@ -273,6 +274,9 @@ func TestProcesses_StoppedOwnerIsFenced(t *testing.T) {
 	time.Sleep(2 * cfg.JetStream.PinTTL) // room for anything a would still send
 	_, as, _ := a.status()
 	t.Logf("a after SIGCONT: owned %v, terms lost %d, results dropped %d", as[0].Owned, as[0].Fenced, as[0].Dropped)
+	if as[0].LastResultAt.After(resumedAt) {
+		t.Errorf("a handed results to its bridge at %v, after SIGCONT at %v", as[0].LastResultAt, resumedAt)
+	}
 	if _, bs, _ = b.status(); !bs[0].Owned {
 		t.Error("b lost the partition when a resumed")
 	}
