@@ -2,11 +2,11 @@ package partition
 
 import (
 	"fmt"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/internal/testenv"
 )
 
@@ -15,6 +15,24 @@ func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// backlog starts a NATS node with the gateway's mapping, has an instance
+// set up the market's streams, and stores a city fleet (2000 couriers, one
+// position every ~5 s each, 4 minutes) in the partitions; it returns the
+// node, the market, the messages and each partition's last sequence.
+func backlog(b *testing.B, partitions int) (*testenv.Cluster, config.Config, []testenv.Message, []uint64) {
+	b.Helper()
+	ns := testenv.StartNATSWithMappings(b, mapping(partitions))
+	cfg := testConfig(b, ns.URL(), partitions)
+	// The stream first (an instance creates it; this one only sets up).
+	setup := startInstance(b, cfg, ns.Connect(b), "setup", nil)
+	testenv.WaitFor(b, 30*time.Second, "set-up", setup.r.Ready)
+	setup.Stop()
+	msgs := testenv.FleetMessages("girona", 2000, 4*time.Minute, 11, time.Now())
+	pub := ns.Connect(b)
+	publishFleet(b, pub, msgs, 1_000_000, nil)
+	return ns, cfg, msgs, lastSeqs(b, pub, cfg)
 }
 
 // BenchmarkInstances: a backlog of a city fleet (2000 couriers, one
@@ -29,25 +47,11 @@ func BenchmarkInstances(b *testing.B) {
 		b.Run(fmt.Sprintf("instances=%d", k), func(b *testing.B) {
 			for range b.N {
 				b.StopTimer()
-				ns := testenv.StartNATSWithMappings(b, mapping(partitions))
-				market := fmt.Sprintf("bench%d", k)
-				cfg := testConfig(b, ns.URL(), partitions)
-				cfg.Market = market
-				cfg.JetStream.Stream, cfg.JetStream.Consumer = "POSITIONS_"+strings.ToUpper(market), "edgeproc-"+market
-				cfg.JetStream.Subject = "part." + market + ".{partition}.*"
-				cfg.NATS.Stream = "EDGEPROC_" + strings.ToUpper(market)
+				ns, cfg, msgs, last := backlog(b, partitions)
 				cfg.State.CheckpointInterval = 5 * time.Second
 				if k > 1 {
 					cfg.JetStream.MaxOwned = (partitions + k - 1) / k
 				}
-				// The stream first (an instance creates it; this one only sets up).
-				setup := startInstance(b, cfg, ns.Connect(b), "setup", nil)
-				testenv.WaitFor(b, 30*time.Second, "set-up", setup.r.Ready)
-				setup.Stop()
-				msgs := testenv.FleetMessages(market, 2000, 4*time.Minute, 11, time.Now())
-				pub := ns.Connect(b)
-				publishFleet(b, pub, msgs, 1_000_000, nil)
-				last := lastSeqs(b, pub, cfg)
 
 				b.StartTimer()
 				start, cpu0 := time.Now(), cpuTime()
@@ -154,15 +158,7 @@ func BenchmarkProcesses(b *testing.B) {
 		b.Run(fmt.Sprintf("processes=%d", k), func(b *testing.B) {
 			for range b.N {
 				b.StopTimer()
-				ns := testenv.StartNATSWithMappings(b, mapping(partitions))
-				cfg := testConfig(b, ns.URL(), partitions)
-				setup := startInstance(b, cfg, ns.Connect(b), "setup", nil)
-				testenv.WaitFor(b, 30*time.Second, "set-up", setup.r.Ready)
-				setup.Stop()
-				msgs := testenv.FleetMessages("girona", 2000, 4*time.Minute, 11, time.Now())
-				pub := ns.Connect(b)
-				publishFleet(b, pub, msgs, 1_000_000, nil)
-				last := lastSeqs(b, pub, cfg)
+				ns, _, msgs, last := backlog(b, partitions)
 
 				b.StartTimer()
 				start, cpu0 := time.Now(), cpuTime()
