@@ -26,7 +26,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -55,43 +54,18 @@ const (
 	minKills   = 10
 )
 
-// mustBuild builds the edgeproc binary into a temporary directory.
-func mustBuild(tb testing.TB) string {
-	tb.Helper()
-	bin := filepath.Join(tb.TempDir(), "edgeproc")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/km0/edgeproc/cmd/edgeproc")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		tb.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
-func freePort(tb testing.TB) string {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // waitReady waits until edgeproc's /readyz says 200: before its first
 // subscription, the broker would not keep messages for it.
 func waitReady(tb testing.TB, listen string, d time.Duration) {
 	tb.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
+	testenv.WaitFor(tb, d, "edgeproc ready", func() bool {
 		resp, err := http.Get("http://" + listen + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
+		if err != nil {
+			return false
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	tb.Fatalf("edgeproc not ready within %v", d)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
 }
 
 func mustConfig(tb testing.TB, dir, mqttURL, natsURL string) (string, config.Config) {
@@ -102,7 +76,7 @@ nats: {url: %q, duplicate_window: 10m}
 windows: {size: 20s, slide: 10s, gap: 15s, tolerated_delay: 2s, max_future_skew: 24h}
 state: {dir: %q, checkpoint_interval: 300ms}
 http: {listen: %q}
-`, market, mqttURL, natsURL, filepath.Join(dir, "state"), freePort(tb))
+`, market, mqttURL, natsURL, filepath.Join(dir, "state"), testenv.FreeAddr(tb))
 	path := filepath.Join(dir, "crash.yaml")
 	if err := os.WriteFile(path, []byte(y), 0o644); err != nil {
 		tb.Fatal(err)
@@ -321,7 +295,7 @@ func publishFleet(addr string, msgs []testenv.Message, done chan<- error) {
 // default idle timeout: the stream must hold exactly what one run without
 // any of it gives (contract §3 "deaf is not silent", §8).
 func TestKill9_ResultsEqualUninterruptedRun(t *testing.T) {
-	bin := mustBuild(t)
+	bin := testenv.BuildEdgeproc(t)
 	mosq := testenv.StartMosquitto(t)
 	ns := testenv.StartNATS(t)
 	dir := t.TempDir()

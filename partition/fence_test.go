@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,7 +17,7 @@ import (
 // second records and a third restores from its snapshot.
 func TestClaim_FencesFormerOwner(t *testing.T) {
 	ns := testenv.StartNATS(t)
-	cfg := testConfig(t, ns.URL(), 1, "")
+	cfg := testConfig(t, ns.URL(), 1)
 	r, err := New(cfg, Deps{Conn: ns.Connect(t), Shards: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -80,7 +79,7 @@ func TestClaim_FencesFormerOwner(t *testing.T) {
 // while the results stream equals the replay of the partition.
 func TestPausedOwner_IsFenced(t *testing.T) {
 	ns := testenv.StartNATS(t)
-	cfg := testConfig(t, ns.URL(), 1, "")
+	cfg := testConfig(t, ns.URL(), 1)
 	var paused atomic.Bool
 	var resume sync.WaitGroup
 	resume.Add(1)
@@ -90,28 +89,25 @@ func TestPausedOwner_IsFenced(t *testing.T) {
 		}
 	}
 	a := startInstance(t, cfg, ns.Connect(t), "a", hold)
-	waitFor(t, 30*time.Second, "a ready", a.r.Ready)
-	msgs := testenv.FleetMessages("girona", 40, 20*time.Minute, 3, time.Now())
-	for i := range msgs { // one partition: no mapping, the partition subject itself
-		msgs[i].Topic = strings.Replace(msgs[i].Topic, "km0/girona/positions/", "part/girona/0/", 1)
-	}
+	testenv.WaitFor(t, 30*time.Second, "a ready", a.r.Ready)
+	msgs := onePartitionFleet(40, 20*time.Minute, 3)
 	pub := ns.Connect(t)
 	half := len(msgs) / 2
 	publishFleet(t, pub, msgs[:half], 20000, nil)
 	last := lastSeqs(t, pub, cfg)
-	waitFor(t, 30*time.Second, "a owns and applied the first half", func() bool { return caughtUp([]*instance{a}, last) })
+	testenv.WaitFor(t, 30*time.Second, "a owns and applied the first half", func() bool { return caughtUp(last, statuses(a)...) })
 	b := startInstance(t, cfg, ns.Connect(t), "b", nil)
-	waitFor(t, 30*time.Second, "b ready", b.r.Ready)
+	testenv.WaitFor(t, 30*time.Second, "b ready", b.r.Ready)
 
 	paused.Store(true)
 	pausedAt := time.Now()
 	publishFleet(t, pub, msgs[half:], 20000, nil)
 	last = lastSeqs(t, pub, cfg)
-	waitFor(t, 30*time.Second, "b took over and applied everything", func() bool { return caughtUp([]*instance{b}, last) })
+	testenv.WaitFor(t, 30*time.Second, "b took over and applied everything", func() bool { return caughtUp(last, statuses(b)...) })
 	t.Logf("takeover %v after the pause (pin ttl %v)", time.Since(pausedAt).Round(time.Millisecond), cfg.JetStream.PinTTL)
 	before := a.r.Results().Published
 	resume.Done()
-	waitFor(t, 10*time.Second, "a gives the partition up", func() bool { return !a.r.Status()[0].Owned })
+	testenv.WaitFor(t, 10*time.Second, "a gives the partition up", func() bool { return !a.r.Status()[0].Owned })
 	time.Sleep(2 * cfg.JetStream.PinTTL) // room for anything a would still send
 	if after := a.r.Results().Published; after != before {
 		t.Errorf("the paused owner published %d results after it resumed", after-before)
@@ -132,15 +128,5 @@ func TestPausedOwner_IsFenced(t *testing.T) {
 	}
 	b.Stop()
 	a.Stop()
-	want := reference(t, pub, cfg)
-	got := published(t, ns.URL(), cfg)
-	if diffs := testenv.DiffResults(got, want, "the replay"); len(diffs) > 0 {
-		t.Errorf("%d differences, first ones:", len(diffs))
-		for _, d := range diffs[:min(len(diffs), 10)] {
-			t.Error(d)
-		}
-	}
-	if len(want) == 0 {
-		t.Fatal("no results: the test checks nothing")
-	}
+	equalsReplay(t, ns.URL(), cfg)
 }

@@ -26,29 +26,45 @@ func mapping(partitions int) map[string]string {
 	}
 }
 
-// testConfig is market girona on the partitioned stream at url.
-func testConfig(t testing.TB, url string, partitions int, extra string) config.Config {
-	t.Helper()
-	src := fmt.Sprintf(`market: girona
+// testYAML is market girona on the partitioned stream at url, serving
+// HTTP on listen; jetstream holds more lines of the jetstream section
+// (indented two spaces).
+func testYAML(url string, partitions int, listen, jetstream string) string {
+	return fmt.Sprintf(`market: girona
 source: jetstream
 jetstream:
   partitions: %d
   pin_ttl: 2s
   replicas: %d
-nats:
+%snats:
   url: %q
 state:
   checkpoint_interval: 500ms
 http:
-  listen: 127.0.0.1:0
+  listen: %s
 windows:
   idle_timeout: 0s
-%s`, partitions, strings.Count(url, ",")+1, url, extra)
-	c, err := config.Parse(strings.NewReader(src), "test.yaml")
+`, partitions, strings.Count(url, ",")+1, jetstream, url, listen)
+}
+
+// testConfig is testYAML's market, parsed.
+func testConfig(t testing.TB, url string, partitions int) config.Config {
+	t.Helper()
+	c, err := config.Parse(strings.NewReader(testYAML(url, partitions, "127.0.0.1:0", "")), "test.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// onePartitionFleet is a fleet published straight on partition 0's
+// subjects (no mapping), for a market of one partition.
+func onePartitionFleet(couriers int, span time.Duration, seed int64) []testenv.Message {
+	msgs := testenv.FleetMessages("girona", couriers, span, seed, time.Now())
+	for i := range msgs {
+		msgs[i].Topic = strings.Replace(msgs[i].Topic, "km0/girona/positions/", "part/girona/0/", 1)
+	}
+	return msgs
 }
 
 // testWriter sends logs to the test's log.
@@ -174,62 +190,6 @@ func waitAcks(t testing.TB, js jetstream.JetStream, part []testenv.Message, at i
 	}
 }
 
-// streamMsg is a stored message with what the engine needs of it.
-type streamMsg struct {
-	subject string
-	hdr     nats.Header
-	data    []byte
-	seq     uint64
-	ts      time.Time
-}
-
-// readPartition returns every message of subject in stream, in stream
-// order.
-func readPartition(t testing.TB, nc *nats.Conn, stream, subject string) []streamMsg {
-	t.Helper()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s, err := js.Stream(ctx, stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(ctx, jetstream.WithSubjectFilter(subject))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var want uint64
-	for _, n := range info.State.Subjects {
-		want += n
-	}
-	oc, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []streamMsg
-	for empty := 0; uint64(len(out)) < want; {
-		batch, err := oc.Fetch(1000, jetstream.FetchMaxWait(2*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := 0
-		for m := range batch.Messages() {
-			md, _ := m.Metadata()
-			out = append(out, streamMsg{m.Subject(), m.Headers(), m.Data(), md.Sequence.Stream, md.Timestamp})
-			got++
-		}
-		if got == 0 {
-			if empty++; empty > 5 {
-				t.Fatalf("read %s: %d of %d messages", subject, len(out), want)
-			}
-		}
-	}
-	return out
-}
-
 // lastSeqs returns the stream sequence of each partition's last message.
 func lastSeqs(t testing.TB, nc *nats.Conn, cfg config.Config) []uint64 {
 	t.Helper()
@@ -254,7 +214,7 @@ func lastSeqs(t testing.TB, nc *nats.Conn, cfg config.Config) []uint64 {
 // stream order, arrival = stream timestamp, ticks as ticks, and stops it
 // without ending the input (a live partition never ends), returning every
 // result by key.
-func reference(t testing.TB, nc *nats.Conn, cfg config.Config) map[string]string {
+func reference(t testing.TB, url string, cfg config.Config) map[string]string {
 	t.Helper()
 	want := map[string]string{}
 	for n := range cfg.JetStream.Partitions {
@@ -270,12 +230,12 @@ func reference(t testing.TB, nc *nats.Conn, cfg config.Config) map[string]string
 				want[rs[i].Key()] = string(rs[i].AppendJSON(nil))
 			}
 		})
-		for _, m := range readPartition(t, nc, cfg.JetStream.Stream, subject) {
-			if m.hdr.Get(TickHeader) != "" && strings.HasSuffix(m.subject, "."+TickToken) {
-				e.Tick(m.ts.UnixMilli())
+		for _, m := range testenv.ReadStored(t, url, cfg.JetStream.Stream, subject) {
+			if m.Header.Get(TickHeader) != "" && strings.HasSuffix(m.Subject, "."+TickToken) {
+				e.Tick(m.Time.UnixMilli())
 				continue
 			}
-			e.Push(&engine.Input{Payload: m.data, Topic: natsToMQTT(m.subject), Arrival: m.ts.UnixMilli(), HasArrival: true, Line: int64(m.seq)})
+			e.Push(&engine.Input{Payload: m.Data, Topic: natsToMQTT(m.Subject), Arrival: m.Time.UnixMilli(), HasArrival: true, Line: int64(m.Seq)})
 		}
 		e.Stop()
 	}
@@ -297,26 +257,14 @@ func published(t testing.TB, url string, cfg config.Config) map[string]string {
 	return got
 }
 
-// waitFor polls cond every 50 ms until it holds or timeout passes.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// caughtUp reports whether every partition is owned by exactly one of ins
-// and its owner applied the partition's last message.
-func caughtUp(ins []*instance, last []uint64) bool {
+// caughtUp reports whether every partition is owned by exactly one of the
+// instances whose statuses are given and its owner applied the
+// partition's last message.
+func caughtUp(last []uint64, statuses ...[]Status) bool {
 	for n, seq := range last {
 		owners := 0
-		for _, in := range ins {
-			s := in.r.Status()[n]
-			if s.Owned {
+		for _, st := range statuses {
+			if s := st[n]; s.Owned {
 				owners++
 				if s.Processed < seq {
 					return false
@@ -328,6 +276,34 @@ func caughtUp(ins []*instance, last []uint64) bool {
 		}
 	}
 	return true
+}
+
+// statuses are the in-process instances' statuses, for caughtUp.
+func statuses(ins ...*instance) [][]Status {
+	out := make([][]Status, len(ins))
+	for i, in := range ins {
+		out[i] = in.r.Status()
+	}
+	return out
+}
+
+// equalsReplay checks that the results stream holds, once per key, exactly
+// what reference computes from the partitions' streams, and returns the
+// number of results; none fails the test, which would check nothing.
+func equalsReplay(t testing.TB, url string, cfg config.Config) int {
+	t.Helper()
+	want := reference(t, url, cfg)
+	got := published(t, url, cfg)
+	if diffs := testenv.DiffResults(got, want, "the per-partition replay"); len(diffs) > 0 {
+		t.Errorf("%d differences, first ones:", len(diffs))
+		for _, d := range diffs[:min(len(diffs), 10)] {
+			t.Error(d)
+		}
+	}
+	if len(want) == 0 {
+		t.Fatal("no results: the test checks nothing")
+	}
+	return len(want)
 }
 
 // jetstreamKV binds the checkpoint bucket of cfg's market.

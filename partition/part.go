@@ -53,6 +53,7 @@ type part struct {
 	lastTS                                             atomic.Int64 // ms, stream time of the last message applied
 	takeovers, fenced, dropped, caughtUp               atomic.Uint64
 	acquiredAt, firstResultAt                          atomic.Int64 // unix ns of the current term
+	lastResultAt                                       atomic.Int64 // unix ns, any term
 }
 
 func newPart(r *Runner, n int) *part {

@@ -39,9 +39,12 @@ type Status struct {
 	Dropped   uint64 `json:"dropped_results"`
 	CaughtUp  uint64 `json:"caught_up_messages"`
 	// AcquiredAt and FirstResultAt are the start of the current term and
-	// its first published result (zero when none).
+	// its first published result (zero when none); LastResultAt is when
+	// this instance last handed results to the bridge, in any term (zero
+	// when never): a fenced owner never does so again.
 	AcquiredAt    time.Time `json:"acquired_at"`
 	FirstResultAt time.Time `json:"first_result_at"`
+	LastResultAt  time.Time `json:"last_result_at"`
 }
 
 // Status returns every partition's status; safe from any goroutine.
@@ -54,6 +57,7 @@ func (r *Runner) Status() []Status {
 			Processed: p.processed.Load(), Applied: p.applied.Load(), Checkpoint: p.ckptSeq.Load(),
 			LagMessages: p.lagMsgs.Load(),
 			Takeovers:   p.takeovers.Load(), Fenced: p.fenced.Load(), Dropped: p.dropped.Load(), CaughtUp: p.caughtUp.Load(),
+			LastResultAt: unixNano(p.lastResultAt.Load()),
 		}
 		if s.Owned {
 			s.Epoch = p.epoch.Load()

@@ -262,14 +262,16 @@ func (t *term) apply(subject string, hdr nats.Header, data []byte, seq uint64, t
 func (t *term) sink(rs []result.Record) {
 	p := t.p
 	p.hold()
-	if time.Now().UnixNano() > t.lease.Load() {
+	now := time.Now().UnixNano()
+	if now > t.lease.Load() {
 		t.fence()
 	}
 	if t.fenced.Load() {
 		p.dropped.Add(uint64(len(rs)))
 		return
 	}
-	p.firstResultAt.CompareAndSwap(0, time.Now().UnixNano())
+	p.firstResultAt.CompareAndSwap(0, now)
+	p.lastResultAt.Store(now)
 	br := p.r.br
 	// A publish waits (bridge backpressure) at most until the lease ends,
 	// or the pull loop, blocked behind this sink, could never find out

@@ -18,18 +18,15 @@ import (
 // of the partition's stream, ticks included.
 func TestIdleTicks(t *testing.T) {
 	ns := testenv.StartNATS(t)
-	cfg := testConfig(t, ns.URL(), 1, "")
+	cfg := testConfig(t, ns.URL(), 1)
 	cfg.Windows.IdleTimeout = time.Second
 	cfg.Windows.Gap = 8 * time.Second
 	cfg.Windows.ToleratedDelay = time.Second
 	cfg.Windows.Size, cfg.Windows.Slide = 20*time.Second, 10*time.Second
 	a := startInstance(t, cfg, ns.Connect(t), "a", nil)
-	waitFor(t, 30*time.Second, "a ready", a.r.Ready)
+	testenv.WaitFor(t, 30*time.Second, "a ready", a.r.Ready)
 	const couriers = 20
-	msgs := testenv.FleetMessages("girona", couriers, 2*time.Minute, 5, time.Now())
-	for i := range msgs {
-		msgs[i].Topic = strings.Replace(msgs[i].Topic, "km0/girona/positions/", "part/girona/0/", 1)
-	}
+	msgs := onePartitionFleet(couriers, 2*time.Minute, 5)
 	pub := ns.Connect(t)
 	publishFleet(t, pub, msgs, 50000, nil)
 	silentFrom := time.Now().UnixMilli()
@@ -47,12 +44,12 @@ func TestIdleTicks(t *testing.T) {
 		}
 		return out
 	}
-	waitFor(t, 60*time.Second, "every courier's last session closed by idle ticks", func() bool { return len(closed()) == couriers })
+	testenv.WaitFor(t, 60*time.Second, "every courier's last session closed by idle ticks", func() bool { return len(closed()) == couriers })
 	checkHTTP(t, a.r)
 	a.Stop()
 	ticks := 0
-	for _, m := range readPartition(t, pub, cfg.JetStream.Stream, cfg.JetStream.PartitionSubject(0)) {
-		if m.hdr.Get(TickHeader) != "" {
+	for _, m := range testenv.ReadStored(t, ns.URL(), cfg.JetStream.Stream, cfg.JetStream.PartitionSubject(0)) {
+		if m.Header.Get(TickHeader) != "" {
 			ticks++
 		}
 	}
@@ -60,14 +57,7 @@ func TestIdleTicks(t *testing.T) {
 	if ticks == 0 {
 		t.Fatal("no tick in the partition")
 	}
-	want := reference(t, pub, cfg)
-	got := published(t, ns.URL(), cfg)
-	if diffs := testenv.DiffResults(got, want, "the replay"); len(diffs) > 0 {
-		t.Errorf("%d differences, first ones:", len(diffs))
-		for _, d := range diffs[:min(len(diffs), 10)] {
-			t.Error(d)
-		}
-	}
+	equalsReplay(t, ns.URL(), cfg)
 }
 
 // checkHTTP reads the runner's /readyz and /metrics while it owns

@@ -132,6 +132,29 @@ func connect(tb testing.TB, url string, opts []nats.Option) *nats.Conn {
 // called after the code under test has closed its connection.
 func ReadStream(tb testing.TB, url, stream string) []*nats.Msg {
 	tb.Helper()
+	stored := ReadStored(tb, url, stream)
+	msgs := make([]*nats.Msg, len(stored))
+	for i, m := range stored {
+		msgs[i] = &nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data}
+	}
+	return msgs
+}
+
+// Stored is a message as a stream stored it.
+type Stored struct {
+	Subject string
+	Header  nats.Header
+	Data    []byte
+	Seq     uint64    // stream sequence
+	Time    time.Time // when the stream leader stored it
+}
+
+// ReadStored returns every message of stream (only those on subjects,
+// when given) in stream order. It connects to url on its own. A fetch that
+// fails (a cluster moving a leader after a node died) is retried from the
+// sequence after the last one read, for up to 30 s.
+func ReadStored(tb testing.TB, url, stream string, subjects ...string) []Stored {
+	tb.Helper()
 	nc, err := nats.Connect(url)
 	if err != nil {
 		tb.Fatalf("read stream %s: connect to %s: %v", stream, url, err)
@@ -147,31 +170,66 @@ func ReadStream(tb testing.TB, url, stream string) []*nats.Msg {
 	if err != nil {
 		tb.Fatalf("read stream %s: %v", stream, err)
 	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		tb.Fatalf("read stream %s: info: %v", stream, err)
-	}
-	want := int(info.State.Msgs)
-	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		tb.Fatalf("read stream %s: ordered consumer: %v", stream, err)
-	}
-	msgs := make([]*nats.Msg, 0, want)
-	for len(msgs) < want {
-		batch, err := cons.Fetch(min(want-len(msgs), 1000), jetstream.FetchMaxWait(5*time.Second))
+	want := 0
+	if len(subjects) == 0 {
+		info, err := s.Info(ctx)
 		if err != nil {
-			tb.Fatalf("read stream %s: fetch after %d of %d: %v", stream, len(msgs), want, err)
+			tb.Fatalf("read stream %s: info: %v", stream, err)
 		}
-		got := 0
-		for m := range batch.Messages() {
-			msgs = append(msgs, &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
-			got++
+		want = int(info.State.Msgs)
+	} else {
+		for _, subj := range subjects {
+			info, err := s.Info(ctx, jetstream.WithSubjectFilter(subj))
+			if err != nil {
+				tb.Fatalf("read stream %s: info: %v", stream, err)
+			}
+			for _, n := range info.State.Subjects {
+				want += int(n)
+			}
 		}
-		if err := batch.Error(); err != nil {
-			tb.Fatalf("read stream %s: fetch after %d of %d: %v", stream, len(msgs), want, err)
+	}
+	msgs := make([]Stored, 0, want)
+	var last error
+	for len(msgs) < want {
+		if ctx.Err() != nil {
+			tb.Fatalf("read stream %s: %d of %d messages: %v", stream, len(msgs), want, last)
 		}
-		if got == 0 {
-			tb.Fatalf("read stream %s: no message after %d of %d", stream, len(msgs), want)
+		if last != nil {
+			time.Sleep(200 * time.Millisecond)
+		}
+		occ := jetstream.OrderedConsumerConfig{FilterSubjects: subjects}
+		if len(msgs) > 0 {
+			occ.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+			occ.OptStartSeq = msgs[len(msgs)-1].Seq + 1
+		}
+		cons, err := s.OrderedConsumer(ctx, occ)
+		if err != nil {
+			last = fmt.Errorf("ordered consumer: %w", err)
+			continue
+		}
+		for len(msgs) < want {
+			batch, err := cons.Fetch(min(want-len(msgs), 1000), jetstream.FetchMaxWait(5*time.Second))
+			if err != nil {
+				last = fmt.Errorf("fetch: %w", err)
+				break
+			}
+			got := 0
+			for m := range batch.Messages() {
+				md, err := m.Metadata()
+				if err != nil {
+					tb.Fatalf("read stream %s: metadata: %v", stream, err)
+				}
+				msgs = append(msgs, Stored{m.Subject(), m.Headers(), m.Data(), md.Sequence.Stream, md.Timestamp})
+				got++
+			}
+			if err := batch.Error(); err != nil {
+				last = fmt.Errorf("fetch: %w", err)
+				break
+			}
+			if got == 0 {
+				last = fmt.Errorf("no message after %d of %d", len(msgs), want)
+				break
+			}
 		}
 	}
 	return msgs
