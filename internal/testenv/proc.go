@@ -33,19 +33,6 @@ func FreeAddr(tb testing.TB) string {
 	return fmt.Sprintf("127.0.0.1:%d", freePort(tb))
 }
 
-// WaitFor polls cond every 50 ms until it holds, failing the test when
-// timeout passes first; what names the condition in the failure.
-func WaitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // procLogMax bounds the output a Proc keeps: its tail.
 const procLogMax = 1 << 20
 
