@@ -20,12 +20,10 @@ out=${BENCH_OUT:-bench/out}
 runs=${RUNS:-2}
 fleets=${FLEETS:-hot city c1250 c50k}
 mkdir -p "$out"
-if [ ! -x /usr/sbin/mosquitto ]; then
-	echo "# mosquitto not found: installing it with apt-get" >&2
-	if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
-	$sudo apt-get update -qq
-	$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto >/dev/null
-fi
+. scripts/lib.sh
+# loadbench starts its own broker on a free port: the Debian package's
+# system broker (if any) is neither needed nor touched.
+need_mosquitto
 go build -o "$out/edgeproc" ./cmd/edgeproc
 go build -o "$out/loadbench" ./cmd/loadbench
 echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(go version | cut -d' ' -f3)"

@@ -12,14 +12,10 @@ cd "$(dirname "$0")/.."
 out=${BENCH_OUT:-bench/out}
 mkdir -p "$out"
 
-if [ ! -x /usr/sbin/mosquitto ]; then
-	echo "# mosquitto not found: installing it with apt-get" >&2
-	if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
-	$sudo apt-get update -qq
-	$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto >/dev/null
-	# The Debian package starts a system broker on :1883; loadbench starts
-	# its own on a free port and does not need it.
-fi
+. scripts/lib.sh
+# loadbench starts its own broker on a free port: the Debian package's
+# system broker (if any) is neither needed nor touched.
+need_mosquitto
 
 go build -o "$out/edgeproc" ./cmd/edgeproc
 go build -o "$out/loadbench" ./cmd/loadbench

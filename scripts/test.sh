@@ -8,17 +8,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
-apt_updated=""
-apt_install() {
-	echo "test.sh: installing $* from Debian" >&2
-	[ -n "$apt_updated" ] || { $SUDO apt-get update -qq; apt_updated=1; }
-	$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
-}
+. scripts/lib.sh
 
-if ! command -v mosquitto >/dev/null && [ ! -x /usr/sbin/mosquitto ]; then
-	apt_install mosquitto mosquitto-clients # integration tests need a real broker
-fi
+need_mosquitto # integration tests need a real broker
 command -v systemd-analyze >/dev/null || apt_install systemd
 # The fleet board's tests drive a real headless browser.
 command -v chromium >/dev/null || apt_install chromium
