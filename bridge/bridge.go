@@ -431,15 +431,17 @@ func (b *Bridge) onAck(_ jetstream.JetStream, msg *nats.Msg, ack *jetstream.PubA
 		return
 	}
 	delete(b.attempts, msg)
-	delete(b.outstanding, it.seq)
-	b.signalLocked()
-	b.mu.Unlock()
-
+	// Counted before Flush is woken: once it returns, Stats includes this
+	// ack.
 	b.acked.Add(1)
 	b.streamOK.Store(true)
 	if ack != nil && ack.Duplicate {
 		b.duplicates.Add(1)
 	}
+	delete(b.outstanding, it.seq)
+	b.signalLocked()
+	b.mu.Unlock()
+
 	if b.cfg.OnAcked != nil {
 		b.cfg.OnAcked(time.Since(it.accepted))
 	}
