@@ -69,6 +69,9 @@ func TestRun_MarketThatCannotStartIsLoudAndDead(t *testing.T) {
 	if strings.Contains(health, "girona") {
 		t.Errorf("/healthz names the healthy market: %q", health)
 	}
+	if n := strings.Count(health, "valencia"); n != 1 {
+		t.Errorf("/healthz names the dead market %d times, want once: %q", n, health)
+	}
 	ready := waitStatus(t, base+"/readyz", http.StatusServiceUnavailable, 20*time.Second, "valencia: dead: start mqtt")
 	// The healthy market becomes ready and is not named.
 	deadline := time.Now().Add(20 * time.Second)

@@ -148,11 +148,13 @@ func (m *market) die(err error) {
 // failure is logged at once and kept for /healthz; run returns it.
 func (m *market) run(ctx context.Context, drain time.Duration) error {
 	err := m.serve(ctx, drain)
-	if err != nil {
-		err = fmt.Errorf("market %s: %w", m.cfg.Market, err)
-		m.die(err)
+	if err == nil {
+		return nil
 	}
-	return err
+	// /healthz and the log name the market already: the cause alone there,
+	// the market's name for the caller, which joins several markets' errors.
+	m.die(err)
+	return fmt.Errorf("market %s: %w", m.cfg.Market, err)
 }
 
 // serve starts the parts in order — sink, log and driver (recovery), then
