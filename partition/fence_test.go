@@ -81,14 +81,16 @@ func TestPausedOwner_IsFenced(t *testing.T) {
 	ns := testenv.StartNATS(t)
 	cfg := testConfig(t, ns.URL(), 1)
 	var paused atomic.Bool
-	var resume sync.WaitGroup
-	resume.Add(1)
+	resumed := make(chan struct{})
+	var resumeOnce sync.Once
+	resume := func() { resumeOnce.Do(func() { close(resumed) }) }
 	hold := func(int) {
 		if paused.Load() {
-			resume.Wait()
+			<-resumed
 		}
 	}
 	a := startInstance(t, cfg, ns.Connect(t), "a", hold)
+	t.Cleanup(resume) // before a's Stop (cleanups run last first): a failed test must not leave a paused
 	testenv.WaitFor(t, 30*time.Second, "a ready", a.r.Ready)
 	msgs := onePartitionFleet(40, 20*time.Minute, 3)
 	pub := ns.Connect(t)
@@ -106,7 +108,7 @@ func TestPausedOwner_IsFenced(t *testing.T) {
 	testenv.WaitFor(t, 30*time.Second, "b took over and applied everything", func() bool { return caughtUp(last, statuses(b)...) })
 	t.Logf("takeover %v after the pause (pin ttl %v)", time.Since(pausedAt).Round(time.Millisecond), cfg.JetStream.PinTTL)
 	before := a.r.Results().Published
-	resume.Done()
+	resume()
 	testenv.WaitFor(t, 10*time.Second, "a gives the partition up", func() bool { return !a.r.Status()[0].Owned })
 	time.Sleep(2 * cfg.JetStream.PinTTL) // room for anything a would still send
 	if after := a.r.Results().Published; after != before {

@@ -78,6 +78,7 @@ func (w testWriter) Write(b []byte) (int, error) {
 // instance is one running Runner with its own connection, which Kill
 // closes as a kill -9 would.
 type instance struct {
+	t      testing.TB
 	r      *Runner
 	nc     *nats.Conn
 	cancel context.CancelFunc
@@ -93,7 +94,7 @@ func startInstance(t testing.TB, cfg config.Config, nc *nats.Conn, name string, 
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	in := &instance{r: r, nc: nc, cancel: cancel, done: make(chan error, 1)}
+	in := &instance{t: t, r: r, nc: nc, cancel: cancel, done: make(chan error, 1)}
 	go func() { in.done <- r.Run(ctx) }()
 	t.Cleanup(in.Stop)
 	return in
@@ -105,13 +106,20 @@ func (in *instance) Kill() {
 	in.Stop()
 }
 
-// Stop is a graceful shutdown; stopping twice is harmless.
+// Stop is a graceful shutdown; stopping twice is harmless. One that takes
+// longer than the shutdown's own bounds fails the test with where it is
+// stuck.
 func (in *instance) Stop() {
 	in.cancel()
-	if in.done != nil {
-		<-in.done
-		in.done = nil
+	if in.done == nil {
+		return
 	}
+	select {
+	case <-in.done:
+	case <-time.After(time.Minute):
+		in.t.Errorf("instance %s still stopping after a minute; goroutines in edgeproc code:\n%s", in.r.Instance(), testenv.Blocked())
+	}
+	in.done = nil
 }
 
 // publishFleet publishes msgs (MQTT topics km0/MARKET/positions/COURIER)
@@ -173,17 +181,19 @@ func waitAcks(t testing.TB, js jetstream.JetStream, part []testenv.Message, at i
 		return
 	case <-time.After(5 * time.Second):
 	}
-	// Some acks are lost with a node: resend the batch, deduplicated by id.
+	// Some acks are lost with a node: resend the batch, deduplicated by id,
+	// within a minute for all of it.
+	deadline := time.Now().Add(time.Minute)
 	for _, m := range part {
-		for attempt := 0; ; attempt++ {
+		for {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			_, err := js.PublishMsg(ctx, fleetMsg(m, at))
 			cancel()
 			if err == nil {
 				break
 			}
-			if attempt > 30 {
-				t.Fatalf("publish %s: %v", m.Topic, err)
+			if time.Now().After(deadline) {
+				t.Fatalf("publish %s: still failing a minute after the batch: %v", m.Topic, err)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}

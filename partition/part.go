@@ -231,7 +231,10 @@ func (p *part) lose(why string) {
 // release ends the owned term at shutdown: a final checkpoint once every
 // result is acked, then the pin is given up so a successor need not wait
 // for the TTL. Meanwhile the pin is renewed, so that the lease holds for
-// the results still on their way.
+// the results still on their way. All of it within drainTimeout: results
+// NATS does not acknowledge (a stream without a leader) must not keep the
+// process from stopping; the successor then resumes from the previous
+// checkpoint and re-derives what was not recorded.
 func (p *part) release() {
 	t := p.term
 	if t == nil {
@@ -245,28 +248,40 @@ func (p *part) release() {
 		t.eng.Stop()
 		return
 	}
-	done := make(chan struct{})
-	started := false
-	for !t.fenced.Load() {
-		if started = t.checkpoint(func() { close(done) }); started {
-			break
-		}
-		time.Sleep(10 * time.Millisecond) // the previous checkpoint is finishing
-	}
-	if !started {
-		close(done)
-	}
-	for waiting := true; waiting; {
-		t.keepPin()
-		select {
-		case <-done:
-			waiting = false
-		case <-time.After(p.fetchWait()):
-		}
+	if !p.finalCheckpoint(t, time.Now().Add(drainTimeout)) {
+		p.r.log.Warn("final checkpoint not recorded in time; a successor resumes from the previous one",
+			"partition", p.n, "epoch", t.epoch, "drain_timeout", drainTimeout)
 	}
 	t.fence() // after the final checkpoint, nothing more goes out
 	t.eng.Stop()
 	p.unpin()
+}
+
+// finalCheckpoint checkpoints t's last applied message and waits until it
+// is recorded or given up, renewing the pin meanwhile. It reports false
+// when deadline came first.
+func (p *part) finalCheckpoint(t *term, deadline time.Time) bool {
+	done := make(chan struct{})
+	for !t.checkpoint(func() { close(done) }) {
+		if t.fenced.Load() {
+			return true // nothing of this term may be recorded
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond) // the previous checkpoint is finishing
+	}
+	for {
+		t.keepPin()
+		select {
+		case <-done:
+			return true
+		case <-time.After(min(p.fetchWait(), time.Until(deadline))):
+			if time.Now().After(deadline) {
+				return false
+			}
+		}
+	}
 }
 
 // unpin asks the server to give the partition's pin to the next instance
