@@ -20,7 +20,8 @@ const (
 	// bounded and backpressure reaches paho as it would on the bare socket.
 	connWriteLimit = 256 << 10
 	// closeFlushTimeout bounds Close's last flush of what is still buffered
-	// (the final PUBACKs and the DISCONNECT).
+	// (the final PUBACKs and the DISCONNECT), and then again its wait for
+	// the broker to close its side.
 	closeFlushTimeout = time.Second
 )
 
@@ -37,6 +38,14 @@ const (
 // A write error is not lost: it is returned by every later Write, and the
 // connection is closed, so paho's reader fails too and the connection is
 // dropped and re-established (the broker redelivers what was not acked).
+//
+// Close half-closes the socket after the last flush and waits for the
+// broker to close its side (it does once it has read the DISCONNECT) before
+// it returns. So when Close returns the broker has processed every PUBACK
+// written before it: a new connection with the same client id (edgeproc
+// restarted at once) can never take the session over while the old
+// connection's last acks are still unread, which would make the broker
+// redeliver those messages.
 //
 // It implements sync.Locker, which paho takes around the buffers of one
 // packet, so packets from paho's goroutines (acks, pings, subscribes) never
@@ -56,16 +65,20 @@ type bufConn struct {
 	kick    chan struct{} // wakes the flusher; capacity 1
 	done    chan struct{} // closed when the flusher has exited
 
+	readErr  chan struct{} // closed when a read fails (the broker closed its side)
+	readOnce sync.Once
+
 	closeOnce sync.Once
 	closeErr  error
 }
 
 func newBufConn(c net.Conn) *bufConn {
 	b := &bufConn{
-		Conn: c,
-		r:    bufio.NewReaderSize(c, connReadBuffer),
-		kick: make(chan struct{}, 1),
-		done: make(chan struct{}),
+		Conn:    c,
+		r:       bufio.NewReaderSize(c, connReadBuffer),
+		kick:    make(chan struct{}, 1),
+		done:    make(chan struct{}),
+		readErr: make(chan struct{}),
 	}
 	b.cond = sync.NewCond(&b.mu)
 	go b.flusher()
@@ -76,7 +89,13 @@ func newBufConn(c net.Conn) *bufConn {
 func (b *bufConn) Lock()   { b.pkt.Lock() }
 func (b *bufConn) Unlock() { b.pkt.Unlock() }
 
-func (b *bufConn) Read(p []byte) (int, error) { return b.r.Read(p) }
+func (b *bufConn) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil {
+		b.readOnce.Do(func() { close(b.readErr) })
+	}
+	return n, err
+}
 
 // Write queues p for the flusher. It waits while connWriteLimit bytes are
 // queued; it fails with the first write error, or net.ErrClosed after Close.
@@ -150,6 +169,12 @@ func (b *bufConn) Close() error {
 		default:
 		}
 		<-b.done
+		if hc, ok := b.Conn.(interface{ CloseWrite() error }); ok && hc.CloseWrite() == nil {
+			select {
+			case <-b.readErr:
+			case <-time.After(closeFlushTimeout):
+			}
+		}
 		b.closeErr = b.Conn.Close()
 		if errors.Is(b.closeErr, net.ErrClosed) {
 			b.closeErr = nil // the flusher closed it after a write error

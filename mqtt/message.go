@@ -51,7 +51,13 @@ func (m *Message) Ack() {
 	}
 	// Only PacketID and QoS matter to paho's ack tracker; building the full
 	// packet again would copy properties for nothing.
+	if m.qos == 1 {
+		s.unsent.Add(1) // before paho's timer can write it
+	}
 	if err := m.client.Ack(&paho.Publish{PacketID: m.packetID, QoS: m.qos}); err != nil {
+		if m.qos == 1 {
+			s.unsent.Add(-1)
+		}
 		s.staleAcks.Add(1) // paho.ErrPacketNotFound: the connection dropped meanwhile
 		return
 	}

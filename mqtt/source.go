@@ -64,7 +64,10 @@ import (
 	"time"
 
 	"github.com/eclipse/paho.golang/autopaho"
+	"github.com/eclipse/paho.golang/packets"
 	"github.com/eclipse/paho.golang/paho"
+	"github.com/eclipse/paho.golang/paho/session"
+	"github.com/eclipse/paho.golang/paho/session/state"
 )
 
 // Stats is a snapshot of a Source's counters. Counters only grow.
@@ -130,6 +133,12 @@ type Source struct {
 	listenMu    sync.Mutex
 	listenGen   uint64
 	listenSince time.Time
+
+	// unsent counts the acks handed to paho on the current connection
+	// whose PUBACK its session state has not written yet, so that Close
+	// waits for them instead of guessing how long paho's ack timer takes.
+	// A connection that drops takes its unsent acks with it.
+	unsent atomic.Int64
 
 	received, redelivered, acked, staleAcks atomic.Uint64
 	connects, sessionsLost                  atomic.Uint64
@@ -206,6 +215,7 @@ func (s *Source) clientConfig(u *url.URL) (autopaho.ClientConfig, error) {
 			return cp, nil
 		},
 		ClientConfig: paho.ClientConfig{
+			Session:                    &ackCounter{SessionManager: state.NewInMemory(), unsent: &s.unsent},
 			ClientID:                   cfg.ClientID,
 			EnableManualAcknowledgment: true,
 			SendAcksInterval:           cfg.AckInterval,
@@ -346,6 +356,7 @@ func (s *Source) subscribeOnce(cm *autopaho.ConnectionManager) error {
 func (s *Source) onConnectionDown() bool {
 	s.deaf() // bumps gen: stops the subscribe goroutine of the old connection
 	s.win.reset()
+	s.unsent.Store(0)
 	s.connected.Store(false)
 	s.log.Warn("mqtt connection lost, reconnecting")
 	return true
@@ -441,15 +452,11 @@ func (s *Source) Stats() Stats {
 func (s *Source) Close(ctx context.Context) error {
 	s.closeOnce.Do(func() {
 		s.closing.Store(true)
-		// paho sends PUBACKs on a timer; without this pause the acks of the
-		// last AckInterval would miss the DISCONNECT and come back as
-		// duplicates on the next start.
+		// paho sends PUBACKs on a timer; the acks made so far must go out
+		// before the DISCONNECT, or they come back as duplicates on the
+		// next start.
 		if s.connected.Load() {
-			// Several ticks, with a floor, because a busy machine delays them.
-			select {
-			case <-time.After(max(4*s.cfg.AckInterval, 50*time.Millisecond)):
-			case <-ctx.Done():
-			}
+			s.waitAcksSent(ctx)
 		}
 		s.cancel()
 		err := s.cm.Disconnect(ctx)
@@ -463,6 +470,36 @@ func (s *Source) Close(ctx context.Context) error {
 		s.subs.Wait()
 	})
 	return s.closeErr
+}
+
+// waitAcksSent waits until paho has written a PUBACK for every ack handed
+// to it on the current connection, at most closeAckTimeout (a connection
+// that drops meanwhile never sends them).
+func (s *Source) waitAcksSent(ctx context.Context) {
+	deadline := time.Now().Add(closeAckTimeout)
+	for s.unsent.Load() > 0 {
+		if time.Now().After(deadline) || ctx.Err() != nil || !s.connected.Load() {
+			return
+		}
+		time.Sleep(max(s.cfg.AckInterval/2, time.Millisecond))
+	}
+}
+
+// closeAckTimeout bounds how long Close waits for paho's ack timer.
+const closeAckTimeout = 2 * time.Second
+
+// ackCounter is paho's in-memory session state, counting down
+// Source.unsent as it writes PUBACKs.
+type ackCounter struct {
+	session.SessionManager
+	unsent *atomic.Int64
+}
+
+func (a *ackCounter) Ack(pb *packets.Publish) error {
+	if pb.QoS == 1 {
+		a.unsent.Add(-1)
+	}
+	return a.SessionManager.Ack(pb)
 }
 
 // pahoLogger routes paho's error logs into slog at warning level.
