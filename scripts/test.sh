@@ -45,7 +45,15 @@ systemd-analyze verify "$unit/edgeproc.service"
 # own Mosquitto (if any) is left alone, never stopped or reconfigured.
 
 go vet ./...
-go test -race -count=1 -timeout 20m ./...
+# A CI log may keep only its tail: on failure, end with what failed.
+log="$unit/test.log"
+if ! go test -race -count=1 -timeout 20m ./... 2>&1 | tee "$log"; then
+	echo "=== test.sh: what failed ==="
+	grep -E -A8 -- '^ *--- FAIL|^panic:' "$log" | grep -v 'level=INFO' | tail -100
+	grep -A40 '^testenv: the tests still run' "$log" | tail -60
+	grep -E '^(FAIL|ok) ' "$log" | grep '^FAIL'
+	exit 1
+fi
 
 # Fuzz targets, briefly (go test -fuzz takes one target and one package at a time).
 fuzz() { go test -run '^$' -fuzz "^$2\$" -fuzztime "${FUZZTIME:-10s}" "$1"; }

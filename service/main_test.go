@@ -1,0 +1,11 @@
+package service_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/km0/edgeproc/internal/testenv"
+)
+
+// Well past the package's usual run time, a test is stuck: say where.
+func TestMain(m *testing.M) { testenv.Main(m, 6*time.Minute) }
