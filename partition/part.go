@@ -122,6 +122,7 @@ func (p *part) run(ctx context.Context) {
 			continue
 		}
 		var last jetstream.Msg
+		stalled := false // a gap could not be read: not idle, whatever was applied
 		for m := range batch.Messages() {
 			if pin := m.Headers().Get(pinHeader); p.term == nil || pin != p.term.pin {
 				if p.term != nil {
@@ -131,7 +132,10 @@ func (p *part) run(ctx context.Context) {
 					break // no term: the message is redelivered later
 				}
 			}
-			p.term.handle(m)
+			if !p.term.handle(ctx, m) {
+				stalled = true
+				break // m and the rest are redelivered after the ack wait
+			}
 			last = m
 		}
 		if p.term != nil {
@@ -149,7 +153,7 @@ func (p *part) run(ctx context.Context) {
 		p.term.lease.Store(sent.Add(p.r.cfg.JetStream.PinTTL - p.leaseMargin()).UnixNano())
 		if last != nil {
 			_ = last.Ack() // AckAll: everything before it too; lost acks only cause redeliveries
-		} else {
+		} else if !stalled {
 			p.lagMsgs.Store(0)
 			p.maybeTick(ctx)
 		}

@@ -142,10 +142,14 @@ func (t *term) fence() {
 // this term did not see) the messages in between are read from the stream
 // itself. Between two consecutive first deliveries there is nothing to
 // read: the consumer delivers its filter's messages in stream order.
-func (t *term) handle(m jetstream.Msg) {
+//
+// It reports false when the gap before m could not be read: m is not
+// applied, and neither may anything delivered after it (the loop leaves
+// them unacked, so they are redelivered and the catch-up is tried again).
+func (t *term) handle(ctx context.Context, m jetstream.Msg) bool {
 	md, err := m.Metadata()
 	if err != nil {
-		return
+		return true
 	}
 	seq := md.Sequence.Stream
 	first := md.NumDelivered == 1
@@ -153,36 +157,52 @@ func (t *term) handle(m jetstream.Msg) {
 	t.consSeq, t.prevFirst = md.Sequence.Consumer, first
 	t.p.lagMsgs.Store(md.NumPending)
 	if seq <= t.last {
-		return
+		return true
 	}
-	if !cont && seq > t.last+1 {
-		t.catchUp(seq)
+	if !cont && seq > t.last+1 && !t.catchUp(ctx, seq) {
+		t.consSeq = 0 // whatever comes next follows a gap
+		return false
 	}
 	t.apply(m.Subject(), m.Headers(), m.Data(), seq, md.Timestamp)
+	return true
 }
 
+// catchUpResets bounds the attempts of the ordered consumer to create its
+// consumer for one fetch. Its default retries for ever on its own
+// context, and a stream that has lost its leader (a node died) would keep
+// the pull loop, and the shutdown, waiting there.
+const catchUpResets = 2
+
 // catchUp applies the partition's messages after t.last and before upTo,
-// read in stream order by an ordered consumer.
-func (t *term) catchUp(upTo uint64) {
+// read in stream order by an ordered consumer. It reports false when they
+// could not be read (the stream unavailable, the term fenced, ctx ended:
+// the instance is stopping); true once they are applied, or when the
+// stream no longer holds them.
+func (t *term) catchUp(ctx context.Context, upTo uint64) bool {
 	p := t.p
-	ctx, cancel := context.WithTimeout(t.pubCtx, 10*p.r.cfg.JetStream.PinTTL)
+	ctx, cancel := context.WithTimeout(ctx, 10*p.r.cfg.JetStream.PinTTL)
 	defer cancel()
+	defer context.AfterFunc(t.pubCtx, cancel)()
 	oc, err := p.r.js.OrderedConsumer(ctx, p.r.cfg.JetStream.Stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{p.subject},
-		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:    t.last + 1,
+		FilterSubjects:   []string{p.subject},
+		DeliverPolicy:    jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:      t.last + 1,
+		MaxResetAttempts: catchUpResets,
 	})
 	if err != nil {
-		p.r.log.Error("catch-up not started; messages skipped", "partition", p.n, "from", t.last+1, "to", upTo-1, "err", err)
-		return
+		t.catchUpFailed(upTo, err)
+		return false
 	}
-	empty, done := 0, false
-	for !done && t.last+1 < upTo && !t.fenced.Load() {
+	empty := 0
+	for t.last+1 < upTo {
+		if t.fenced.Load() || ctx.Err() != nil {
+			return false
+		}
 		t.keepPin()
 		batch, err := oc.Fetch(fetchBatch, jetstream.FetchMaxWait(p.fetchWait()))
 		if err != nil {
-			p.r.log.Error("catch-up failed; messages skipped", "partition", p.n, "from", t.last+1, "to", upTo-1, "err", err)
-			return
+			t.catchUpFailed(upTo, err)
+			return false
 		}
 		got := 0
 		for m := range batch.Messages() {
@@ -192,8 +212,7 @@ func (t *term) catchUp(upTo uint64) {
 				continue
 			}
 			if md.Sequence.Stream >= upTo {
-				done = true
-				break
+				return true
 			}
 			t.apply(m.Subject(), m.Headers(), m.Data(), md.Sequence.Stream, md.Timestamp)
 			p.caughtUp.Add(1)
@@ -203,10 +222,19 @@ func (t *term) catchUp(upTo uint64) {
 				// upTo itself is in the stream: only a purge or age limit
 				// removes what lies before it.
 				p.r.log.Error("catch-up found nothing more; messages missing from the stream", "partition", p.n, "after", t.last, "before", upTo)
-				return
+				return true
 			}
 		}
 	}
+	return true
+}
+
+func (t *term) catchUpFailed(upTo uint64, err error) {
+	if t.fenced.Load() {
+		return // the term is over: nothing to tell
+	}
+	t.p.r.log.Warn("catch-up failed; the messages after it are redelivered and it is tried again",
+		"partition", t.p.n, "from", t.last+1, "to", upTo-1, "err", err)
 }
 
 // keepPin renews the pin during a long catch-up with a pull request of one

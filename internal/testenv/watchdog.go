@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -15,7 +16,7 @@ import (
 // and exits. go test's own -timeout prints every goroutine, the module's
 // few among hundreds of the NATS client's and server's, and a CI log that
 // keeps only its tail loses them; this report ends with one line per
-// goroutine that is in the module's code, the test's own first.
+// goroutine that is in the module's code, the test's own last.
 func Main(m *testing.M, limit time.Duration) {
 	t := time.AfterFunc(limit, func() {
 		fmt.Fprintf(os.Stderr, "\ntestenv: the tests still run after %v; goroutines in edgeproc code:\n%s", limit, Blocked())
@@ -26,51 +27,111 @@ func Main(m *testing.M, limit time.Duration) {
 	os.Exit(code)
 }
 
-// Blocked summarises every goroutine with a frame of this module: its
-// state and the module frames of its stack, innermost first, test
-// goroutines last so that they end the output.
+const module = "km0/edgeproc/"
+
+var createdIn = regexp.MustCompile(` in goroutine (\d+)$`)
+
+// Blocked summarises, one line each, every goroutine with a frame of this
+// module (its state and those frames, innermost first), then every other
+// goroutine one of them started (a library's worker: its three innermost
+// frames), test goroutines last so that they end the output.
 func Blocked() string {
 	buf := make([]byte, 64<<20)
 	buf = buf[:runtime.Stack(buf, true)]
-	var tests, others []string
+	type gor struct {
+		id, state string
+		frames    []frame
+		creator   string // goroutine id of the creator
+	}
+	var all []gor
+	ours := map[string]bool{}
 	for _, g := range bytes.Split(buf, []byte("\n\n")) {
 		lines := strings.Split(string(g), "\n")
-		if len(lines) == 0 || !strings.HasPrefix(lines[0], "goroutine ") {
+		if len(lines) < 1 || !strings.HasPrefix(lines[0], "goroutine ") {
 			continue
 		}
-		var frames []string
-		isTest := false
+		head := strings.TrimSuffix(lines[0], ":")
+		id := strings.Fields(head)[1]
+		gr := gor{id: id, state: head}
 		for i := 1; i+1 < len(lines); i += 2 {
-			fn := lines[i]
-			if !strings.Contains(fn, "km0/edgeproc/") || strings.Contains(fn, "testenv.Blocked") || strings.Contains(fn, "testenv.Main") || strings.Contains(fn, ".TestMain(") {
-				continue
+			f := parseFrame(lines[i], lines[i+1])
+			if f.created {
+				if m := createdIn.FindStringSubmatch(lines[i]); m != nil {
+					gr.creator = m[1]
+				}
 			}
-			created := strings.HasPrefix(fn, "created by ")
-			if strings.Contains(fn, ".Test") && !created {
-				isTest = true
+			gr.frames = append(gr.frames, f)
+			if f.ours && !strings.Contains(f.fn, "testenv.") && !strings.Contains(f.fn, ".TestMain") {
+				ours[id] = true
 			}
-			name := fn[strings.LastIndex(fn, "/")+1:]
-			if j := strings.Index(name, "("); j > 0 {
-				name = name[:j]
-			}
-			loc := strings.TrimSpace(lines[i+1])
-			if j := strings.LastIndex(loc, " +0x"); j > 0 {
-				loc = loc[:j]
-			}
-			if created {
-				name = "created by " + name
-			}
-			frames = append(frames, name+" "+loc[strings.LastIndex(loc, "/")+1:])
 		}
-		if len(frames) == 0 {
+		all = append(all, gr)
+	}
+	var tests, others, libs []string
+	for _, g := range all {
+		var parts []string
+		isTest := false
+		switch {
+		case ours[g.id]:
+			for _, f := range g.frames {
+				if f.ours && !strings.Contains(f.fn, "testenv.Blocked") && !strings.Contains(f.fn, "testenv.Main") {
+					parts = append(parts, f.String())
+					isTest = isTest || (!f.created && strings.Contains(f.fn, ".Test"))
+				}
+			}
+		case ours[g.creator]:
+			for i, f := range g.frames {
+				if i < 3 || f.created {
+					parts = append(parts, f.String())
+				}
+			}
+		default:
 			continue
 		}
-		line := strings.TrimSuffix(lines[0], ":") + ": " + strings.Join(frames, " ← ")
-		if isTest {
+		line := g.state + ": " + strings.Join(parts, " ← ")
+		switch {
+		case isTest:
 			tests = append(tests, line)
-		} else {
+		case ours[g.id]:
 			others = append(others, line)
+		default:
+			libs = append(libs, line)
 		}
 	}
-	return strings.Join(append(others, tests...), "\n") + "\n"
+	return strings.Join(append(append(libs, others...), tests...), "\n") + "\n"
+}
+
+// frame is one entry of a goroutine's stack.
+type frame struct {
+	fn, loc       string
+	ours, created bool
+}
+
+func parseFrame(fnLine, locLine string) frame {
+	f := frame{created: strings.HasPrefix(fnLine, "created by ")}
+	fn := strings.TrimPrefix(fnLine, "created by ")
+	if i := strings.Index(fn, " in goroutine "); i > 0 {
+		fn = fn[:i]
+	}
+	f.ours = strings.Contains(fn, module)
+	fn = fn[strings.LastIndex(fn, "/")+1:]
+	if strings.HasSuffix(fn, ")") { // the arguments
+		if i := strings.LastIndex(fn, "("); i > 0 {
+			fn = fn[:i]
+		}
+	}
+	f.fn = fn
+	loc := strings.TrimSpace(locLine)
+	if i := strings.LastIndex(loc, " +0x"); i > 0 {
+		loc = loc[:i]
+	}
+	f.loc = loc[strings.LastIndex(loc, "/")+1:]
+	return f
+}
+
+func (f frame) String() string {
+	if f.created {
+		return "created by " + f.fn + " " + f.loc
+	}
+	return f.fn + " " + f.loc
 }
