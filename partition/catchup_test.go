@@ -1,13 +1,10 @@
 package partition
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/km0/edgeproc/internal/testenv"
 )
 
 // TestHandle_GapIsReadOrNothingIsApplied: a delivery after a gap applies
@@ -15,19 +12,8 @@ import (
 // applies nothing and says so, so that the loop leaves the delivery unacked
 // (the gap must never be skipped), and the next delivery catches up again.
 func TestHandle_GapIsReadOrNothingIsApplied(t *testing.T) {
-	ns := testenv.StartNATS(t)
-	cfg := testConfig(t, ns.URL(), 1)
-	r, err := New(cfg, Deps{Conn: ns.Connect(t), Shards: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.nc = r.deps.Conn
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if err := r.setup(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer r.br.Close(ctx)
+	r, ctx := setUpRunner(t, 1)
+	cfg := r.cfg
 	p := r.parts[0]
 	for _, m := range onePartitionFleet(1, time.Minute, 9)[:3] {
 		if _, err := r.js.PublishMsg(ctx, fleetMsg(m, 0)); err != nil {

@@ -16,19 +16,7 @@ import (
 // partition's checkpoint record, the first can record nothing, while the
 // second records and a third restores from its snapshot.
 func TestClaim_FencesFormerOwner(t *testing.T) {
-	ns := testenv.StartNATS(t)
-	cfg := testConfig(t, ns.URL(), 1)
-	r, err := New(cfg, Deps{Conn: ns.Connect(t), Shards: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.nc = r.deps.Conn
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := r.setup(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer r.br.Close(ctx)
+	r, ctx := setUpRunner(t, 1)
 	p := r.parts[0]
 	now := time.Now()
 	a, err := p.claim(ctx, "pin-a", now)

@@ -75,6 +75,26 @@ func (w testWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
+// setUpRunner is a Runner of testConfig's market on a NATS server of its
+// own, set up (streams, consumers, stores, bridge) but not running, for
+// tests that drive its partitions by hand; ctx ends with the test.
+func setUpRunner(t *testing.T, partitions int) (*Runner, context.Context) {
+	t.Helper()
+	ns := testenv.StartNATS(t)
+	r, err := New(testConfig(t, ns.URL(), partitions), Deps{Conn: ns.Connect(t), Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.nc = r.deps.Conn
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	if err := r.setup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.br.Close(ctx) })
+	return r, ctx
+}
+
 // instance is one running Runner with its own connection, which Kill
 // closes as a kill -9 would.
 type instance struct {
