@@ -104,18 +104,7 @@ func mustClose(tb testing.TB, s *Source) {
 // that messages published afterwards are routed to its session.
 func waitSubscribed(tb testing.TB, s *Source) {
 	tb.Helper()
-	waitUntil(tb, 10*time.Second, "source subscribed", func() bool { return s.Stats().Subscribed })
-}
-
-func waitUntil(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.WaitFor(tb, 10*time.Second, "source subscribed", func() bool { return s.Stats().Subscribed })
 }
 
 // publishSeq publishes payloads "from".."to-1" (decimal) to courier's topic.

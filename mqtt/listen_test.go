@@ -56,7 +56,7 @@ func TestSource_ListeningAcrossBrokerRestart(t *testing.T) {
 		t.Fatal("Listening true before any connection")
 	}
 
-	waitUntil(t, 10*time.Second, "listening", func() bool { ev, _ := tr.snapshot(); return len(ev) == 1 })
+	testenv.WaitFor(t, 10*time.Second, "listening", func() bool { ev, _ := tr.snapshot(); return len(ev) == 1 })
 	ok, since := src.Listening()
 	if !ok || !src.Stats().Subscribed || since.IsZero() {
 		t.Fatalf("after OnListening: Listening %v since %v, Subscribed %v; want both true", ok, since, src.Stats().Subscribed)
@@ -66,12 +66,12 @@ func TestSource_ListeningAcrossBrokerRestart(t *testing.T) {
 	rec.waitLen(t, 1, 10*time.Second)
 
 	broker.Stop()
-	waitUntil(t, 10*time.Second, "deaf", func() bool { ev, _ := tr.snapshot(); return len(ev) == 2 })
+	testenv.WaitFor(t, 10*time.Second, "deaf", func() bool { ev, _ := tr.snapshot(); return len(ev) == 2 })
 	if ok, _ := src.Listening(); ok {
 		t.Error("Listening true after OnDeaf")
 	}
 	broker.Restart()
-	waitUntil(t, 20*time.Second, "listening again", func() bool { ev, _ := tr.snapshot(); return len(ev) == 3 })
+	testenv.WaitFor(t, 20*time.Second, "listening again", func() bool { ev, _ := tr.snapshot(); return len(ev) == 3 })
 	ok, since2 := src.Listening()
 	if !ok || !since2.After(since) {
 		t.Errorf("after the restart: Listening %v since %v, want true since after %v", ok, since2, since)

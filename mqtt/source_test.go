@@ -190,13 +190,13 @@ func TestSource_BrokerRestartMidStream(t *testing.T) {
 	pub.Close()
 
 	broker.Restart() // mid-stream: hundreds still queued, some in flight
-	waitUntil(t, 10*time.Second, "reconnection", func() bool { return src.Stats().Reconnects >= 1 && src.Stats().Subscribed })
+	testenv.WaitFor(t, 10*time.Second, "reconnection", func() bool { return src.Stats().Reconnects >= 1 && src.Stats().Subscribed })
 
 	pub2 := broker.Publisher(t, "")
 	publishSeq(t, pub2, "van-1", half, 2*half)
 
 	seen := make(map[int]int)
-	waitUntil(t, 30*time.Second, "every message after the restart", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "every message after the restart", func() bool {
 		for k := range seen {
 			delete(seen, k)
 		}

@@ -1,36 +1,16 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/km0/edgeproc/bridge"
 	"github.com/km0/edgeproc/internal/testenv"
 )
-
-// lockedBuffer is a bytes.Buffer a test can read while tail writes it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // publishWorked publishes the worked example's results (a real replay's
 // output) through a bridge, as edgeproc run would, and returns them.
@@ -100,7 +80,7 @@ func TestTail_ReadsResultsAndCourierStates(t *testing.T) {
 	}
 
 	// Live: a courier state written after tail starts reaches it.
-	var live lockedBuffer
+	var live testenv.LogBuffer
 	done := make(chan int, 1)
 	tctx, stop := context.WithCancel(ctx)
 	defer stop()
