@@ -1,10 +1,14 @@
 package partition
 
 import (
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/km0/edgeproc/internal/testenv"
 )
 
 // TestHandle_GapIsReadOrNothingIsApplied: a delivery after a gap applies
@@ -12,7 +16,7 @@ import (
 // applies nothing and says so, so that the loop leaves the delivery unacked
 // (the gap must never be skipped), and the next delivery catches up again.
 func TestHandle_GapIsReadOrNothingIsApplied(t *testing.T) {
-	r, ctx := setUpRunner(t, 1)
+	r, _, ctx := setUpRunner(t, 1)
 	cfg := r.cfg
 	p := r.parts[0]
 	for _, m := range onePartitionFleet(1, time.Minute, 9)[:3] {
@@ -55,5 +59,48 @@ func TestHandle_GapIsReadOrNothingIsApplied(t *testing.T) {
 	defer b.eng.Stop()
 	if b.handle(ctx, third) || b.last != 0 || b.consSeq != 0 {
 		t.Fatalf("stream gone: last %d, consumer seq %d; want nothing applied, reported, and the next delivery to catch up", b.last, b.consSeq)
+	}
+}
+
+// TestRelease_BoundedWhenNothingCanBeRecorded: an owner stopping while NATS
+// is away cannot record its final checkpoint; it gives up after the drain
+// timeout, says so, and is fenced, instead of keeping the process from
+// stopping for as long as NATS stays away.
+func TestRelease_BoundedWhenNothingCanBeRecorded(t *testing.T) {
+	r, ns, ctx := setUpRunner(t, 1)
+	var logs testenv.LogBuffer
+	r.log = slog.New(slog.NewTextHandler(&logs, nil))
+	p := r.parts[0]
+	a, err := p.claim(ctx, "pin-a", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.term = a
+	r.owned.Add(1)
+	// Something to record: the final checkpoint is not a no-op.
+	for _, m := range onePartitionFleet(1, time.Minute, 9)[:3] {
+		a.apply(fleetMsg(m, 0).Subject, nil, m.Payload, a.last+1, time.Now())
+	}
+
+	ns.Shutdown()
+	defer ns.Restart() // so that the cleanups find a server
+	if r.nc.IsClosed() {
+		t.Fatal("the connection is closed, not reconnecting: release would not try to record")
+	}
+	start := time.Now()
+	released := make(chan struct{})
+	go func() { p.release(); close(released) }()
+	bound := drainTimeout + r.cfg.JetStream.PinTTL + 10*time.Second // the drain, the unpin, slack for a busy machine
+	select {
+	case <-released:
+	case <-time.After(bound):
+		t.Fatalf("release still running after %v with NATS away; goroutines in edgeproc code:\n%s", bound, testenv.Blocked())
+	}
+	t.Logf("release returned after %v (drain timeout %v)", time.Since(start).Round(time.Millisecond), drainTimeout)
+	if !strings.Contains(logs.String(), "final checkpoint not recorded in time") {
+		t.Errorf("log %q: want the final checkpoint given up, named", logs.String())
+	}
+	if !a.fenced.Load() || p.term != nil || r.owned.Load() != 0 {
+		t.Errorf("after release: fenced %v, term %v, owned %d; want the term ended", a.fenced.Load(), p.term, r.owned.Load())
 	}
 }

@@ -16,7 +16,7 @@ import (
 // partition's checkpoint record, the first can record nothing, while the
 // second records and a third restores from its snapshot.
 func TestClaim_FencesFormerOwner(t *testing.T) {
-	r, ctx := setUpRunner(t, 1)
+	r, _, ctx := setUpRunner(t, 1)
 	p := r.parts[0]
 	now := time.Now()
 	a, err := p.claim(ctx, "pin-a", now)

@@ -76,11 +76,11 @@ func (w testWriter) Write(b []byte) (int, error) {
 }
 
 // setUpRunner is a Runner of testConfig's market on a NATS server of its
-// own, set up (streams, consumers, stores, bridge) but not running, for
-// tests that drive its partitions by hand; ctx ends with the test.
-func setUpRunner(t *testing.T, partitions int) (*Runner, context.Context) {
+// own (ns), set up (streams, consumers, stores, bridge) but not running,
+// for tests that drive its partitions by hand; ctx ends with the test.
+func setUpRunner(t *testing.T, partitions int) (r *Runner, ns *testenv.NATS, ctx context.Context) {
 	t.Helper()
-	ns := testenv.StartNATS(t)
+	ns = testenv.StartNATS(t)
 	r, err := New(testConfig(t, ns.URL(), partitions), Deps{Conn: ns.Connect(t), Shards: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +92,7 @@ func setUpRunner(t *testing.T, partitions int) (*Runner, context.Context) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = r.br.Close(ctx) })
-	return r, ctx
+	return r, ns, ctx
 }
 
 // instance is one running Runner with its own connection, which Kill

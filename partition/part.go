@@ -289,9 +289,10 @@ func (p *part) finalCheckpoint(t *term, deadline time.Time) bool {
 }
 
 // unpin asks the server to give the partition's pin to the next instance
-// asking for it now, rather than after the pin TTL.
+// asking for it now, rather than after the pin TTL. Waiting longer than
+// the TTL gains nothing: by then the pin has lapsed anyway.
 func (p *part) unpin() {
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), p.r.cfg.JetStream.PinTTL)
 	defer cancel()
 	if s, err := p.r.js.Stream(ctx, p.r.cfg.JetStream.Stream); err == nil {
 		_ = s.UnpinConsumer(ctx, p.consumerName, group)
