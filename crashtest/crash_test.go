@@ -288,9 +288,9 @@ func publishFleet(addr string, msgs []testenv.Message, done chan<- error) {
 }
 
 // TestKill9_ResultsEqualUninterruptedRun runs the fleet through kill -9s at
-// random moments, one right after a checkpoint write, one while NATS is
-// down, an outage of edgeproc and one of the broker each longer than the
-// idle timeout and gap + tolerated_delay while the fleet goes on
+// random moments, one right after a checkpoint write, one in the middle
+// of a NATS outage, an outage of NATS, of edgeproc and of the broker each
+// longer than the idle timeout and gap + tolerated_delay while the fleet goes on
 // publishing, and kill -9s in the final fleet-wide silence, all with the
 // default idle timeout: the stream must hold exactly what one run without
 // any of it gives (contract §3 "deaf is not silent", §8).
@@ -362,9 +362,13 @@ func TestKill9_ResultsEqualUninterruptedRun(t *testing.T) {
 			time.Sleep(outage) // the fleet goes on publishing into the session
 			longKills++
 		case kills == 5 && natsKills == 0:
+			// NATS away for longer than the idle timeout, edgeproc killed
+			// halfway: results back up, then the log and the broker's
+			// session hold what follows.
 			ns.Shutdown()
-			time.Sleep(time.Duration(500+rng.Intn(1000)) * time.Millisecond)
+			time.Sleep(outage / 2)
 			sup.kill()
+			time.Sleep(outage / 2)
 			ns.Restart()
 			natsKills++
 		case kills == 6 && brokerStops == 0:
