@@ -279,13 +279,15 @@ type State struct {
 	CheckpointInterval time.Duration
 	// WALSync is when a write-ahead-log entry counts as durable, hence when
 	// its MQTT ack may go out (yaml wal_sync): "batch" (group commit: one
-	// fsync per batch of up to 1024 entries or 2 ms), "always" (one fsync
+	// fsync per batch; see WALBatchInterval), "always" (one fsync
 	// per entry, ~1 ms each) or "none" (written to the OS without fsync:
 	// survives kill -9, not a power cut). Default "batch".
 	WALSync string
 	// WALBatchInterval bounds how long a group commit waits to gather
-	// entries before its fsync (yaml wal_batch_interval): the added ack
-	// latency. Default 2ms; > 0.
+	// entries before its fsync (yaml wal_batch_interval): the most ack
+	// latency it adds. It waits only under load (as long as the recent
+	// rate needs to gather 64 entries), not at all below 4 entries per
+	// interval (400/s at the default). Default 10ms; > 0.
 	WALBatchInterval time.Duration
 	// WALBatchMax starts a group commit's fsync as soon as this many entries
 	// wait (yaml wal_batch_max). Default 1024; > 0.
@@ -374,7 +376,7 @@ func Default() Config {
 		},
 		Distance: Distance{MinMoveM: 15, MaxSpeedKmh: 150, StoppedBelowM: 50},
 		Geo:      Geo{H3Resolution: 9},
-		State:    State{CheckpointInterval: 10 * time.Second, WALSync: "batch", WALBatchInterval: 2 * time.Millisecond, WALBatchMax: 1024},
+		State:    State{CheckpointInterval: 10 * time.Second, WALSync: "batch", WALBatchInterval: 10 * time.Millisecond, WALBatchMax: 1024},
 		HTTP:     HTTP{Listen: "127.0.0.1:9464", Board: true},
 		Limits:   Limits{MaxCouriers: 200_000},
 		Log:      Log{Level: "info"},

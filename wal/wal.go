@@ -96,7 +96,8 @@ type Log struct {
 	repairs    atomic.Uint64
 	stalls     atomic.Uint64
 
-	batch twal.Batch // writer-owned
+	batch    twal.Batch // writer-owned
+	arrivals arrivals   // writer-owned
 }
 
 // queue is a run of encoded frames, back to back, and what to do with each.
@@ -239,11 +240,15 @@ func (l *Log) run() {
 		for {
 			l.mu.Lock()
 			n := len(l.q.metas)
-			due := n > 0 && (reply != nil || l.closing || l.opt.Sync != SyncBatch ||
-				n >= l.opt.MaxBatch || time.Since(l.firstAt) >= l.opt.Interval)
+			now := time.Now()
+			wait := time.Duration(0)
+			if n > 0 && l.opt.Sync == SyncBatch {
+				wait = l.arrivals.linger(now, l.opt.Interval) - now.Sub(l.firstAt)
+			}
+			due := n > 0 && (reply != nil || l.closing || wait <= 0 || n >= l.opt.MaxBatch)
 			if !due {
 				if n > 0 {
-					timer.Reset(l.opt.Interval - time.Since(l.firstAt))
+					timer.Reset(wait)
 				}
 				l.mu.Unlock()
 				break
@@ -251,6 +256,7 @@ func (l *Log) run() {
 			q := l.q
 			l.q, l.spare = l.spare, nil
 			l.mu.Unlock()
+			l.arrivals.add(now, n)
 
 			err := l.commit(q)
 

@@ -265,10 +265,44 @@ func TestLog_GroupCommit(t *testing.T) {
 }
 
 func TestLog_SyncBatchTriggers(t *testing.T) {
-	t.Run("interval", func(t *testing.T) {
-		const interval = 30 * time.Millisecond
+	// prime makes the writer expect company: n entries made durable just
+	// now.
+	prime := func(t *testing.T, l *Log, n int) {
+		t.Helper()
+		var wg sync.WaitGroup
+		wg.Add(n)
+		mustAppendAsync(t, l, n, func(uint64, error) { wg.Done() })
+		waitOrFail(t, &wg, "priming entries never made durable")
+	}
+	t.Run("a trickle goes at once", func(t *testing.T) {
+		const interval = 5 * time.Second
 		l, _ := mustOpen(t, t.TempDir(), Options{Interval: interval})
 		defer mustClose(t, l)
+		for i := range 3 {
+			durable := make(chan time.Time, 1)
+			start := time.Now()
+			if _, err := l.Append(Entry{Topic: "t"}, func(uint64, error) { durable <- time.Now() }); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case at := <-durable:
+				if waited := at.Sub(start); waited >= interval/2 {
+					t.Errorf("lone entry %d, half a second after the last: durable after %v, want no wait for company (interval %v)", i, waited, interval)
+				}
+			case <-time.After(2 * interval):
+				t.Fatalf("lone entry %d was never made durable", i)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	})
+	t.Run("interval bounds the wait", func(t *testing.T) {
+		// After 5 entries at once the writer expects 50/s: 64 would take
+		// 1.3 s, so a lone entry waits for company the whole interval.
+		const interval = time.Second
+		l, _ := mustOpen(t, t.TempDir(), Options{Interval: interval})
+		defer mustClose(t, l)
+		prime(t, l, 5)
+		before := l.Stats().Fsyncs
 		durable := make(chan time.Time, 1)
 		start := time.Now()
 		if _, err := l.Append(Entry{Topic: "t"}, func(uint64, error) { durable <- time.Now() }); err != nil {
@@ -276,30 +310,32 @@ func TestLog_SyncBatchTriggers(t *testing.T) {
 		}
 		select {
 		case at := <-durable:
-			if waited := at.Sub(start); waited < interval {
-				t.Errorf("a lone entry was fsynced after %v, want it to wait the %v interval", waited, interval)
+			if waited := at.Sub(start); waited < interval*9/10 {
+				t.Errorf("a lone entry after a burst was fsynced after %v, want it to wait the %v interval", waited, interval)
 			}
-		case <-time.After(10 * time.Second):
+		case <-time.After(10 * interval):
 			t.Fatal("a lone entry was never made durable")
 		}
-		if got := l.Stats().Fsyncs; got != 1 {
+		if got := l.Stats().Fsyncs - before; got != 1 {
 			t.Errorf("got %d fsyncs, want 1", got)
 		}
 	})
 	t.Run("max batch", func(t *testing.T) {
 		l, _ := mustOpen(t, t.TempDir(), Options{Interval: time.Hour, MaxBatch: 8})
 		defer mustClose(t, l)
+		prime(t, l, 1)
+		before := l.Stats()
 		var wg sync.WaitGroup
 		wg.Add(8)
 		mustAppendAsync(t, l, 7, func(uint64, error) { wg.Done() })
 		time.Sleep(20 * time.Millisecond)
-		if got := l.Stats().Synced; got != 0 {
-			t.Fatalf("7 of MaxBatch 8 entries and an hour-long interval: got %d durable, want 0", got)
+		if got := l.Stats().Synced - before.Synced; got != 0 {
+			t.Fatalf("7 of MaxBatch 8 entries, company expected and an hour-long interval: got %d durable, want 0", got)
 		}
 		mustAppendAsync(t, l, 1, func(uint64, error) { wg.Done() })
 		waitOrFail(t, &wg, "the 8th entry did not trigger a write")
-		if st := l.Stats(); st.Fsyncs != 1 || st.Synced != 8 {
-			t.Errorf("got %d fsyncs and %d durable, want 1 and 8", st.Fsyncs, st.Synced)
+		if st := l.Stats(); st.Fsyncs-before.Fsyncs != 1 || st.Synced-before.Synced != 8 {
+			t.Errorf("got %d fsyncs and %d durable, want 1 and 8", st.Fsyncs-before.Fsyncs, st.Synced-before.Synced)
 		}
 	})
 	t.Run("explicit sync", func(t *testing.T) {
