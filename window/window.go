@@ -11,6 +11,7 @@
 package window
 
 import (
+	"slices"
 	"sort"
 
 	"github.com/km0/edgeproc/geo"
@@ -92,6 +93,27 @@ type pane struct {
 	end geo.Track // the filter's state after the pane's last fix
 }
 
+// A mark is the filter's state and its pane's running sum after one of the
+// pane's fixes, kept every markEvery fixes of a pane, so that an
+// out-of-order fix replays the filter from the mark before it rather than
+// from its pane's start: a courier sending many fixes a second has
+// thousands in a pane, and replaying them all for each late arrival made
+// its cost quadratic. The sum continues the same additions in the same
+// order, so the result is bit for bit what a replay from the pane's start
+// gives. Marks are a cache: checkpoints do not keep them.
+type mark struct {
+	pane int64 // the pane's idx
+	ts   int64 // the fix's timestamp
+	k    int32 // the pane's fixes up to and including it
+	sum  float64
+	st   geo.Track
+}
+
+// markEvery bounds how many fixes a replay steps through before it reaches
+// the fix it replays for; a pane with fewer fixes (a courier sending every
+// second or slower, with the default one-minute slide) has no marks.
+const markEvery = 32
+
 // Distance is one courier's distance state. Its zero value is not ready:
 // call Start first.
 //
@@ -105,6 +127,7 @@ type Distance struct {
 	fixes []geo.Fix // by timestamp; fixes that can still change an unfired window
 	base  geo.Track // the filter's state after the fixes dropped from fixes
 	panes []pane    // by idx; one per pane holding a retained fix
+	marks []mark    // by ts; in panes of markEvery fixes or more
 	fired int64     // every window ending at or before fired has been handled
 }
 
@@ -169,9 +192,20 @@ func (d *Distance) Insert(s Spec, f geo.Filter, x geo.Fix) {
 			pn.end = d.stateBefore(p)
 		}
 		pn.sum += f.Step(&pn.end, x)
+		if pn.n-d.lastMark(pn.idx) >= markEvery {
+			d.marks = append(d.marks, mark{pane: pn.idx, ts: x.TS, k: pn.n, sum: pn.sum, st: pn.end})
+		}
 		return
 	}
-	d.replay(s, f, p)
+	d.replay(s, f, p, x.TS)
+}
+
+// lastMark returns k of the last mark, if it is in pane idx, else 0.
+func (d *Distance) lastMark(idx int64) int32 {
+	if n := len(d.marks); n > 0 && d.marks[n-1].pane == idx {
+		return d.marks[n-1].k
+	}
+	return 0
 }
 
 // stateBefore returns the filter's state before the first fix of pane p.
@@ -182,23 +216,45 @@ func (d *Distance) stateBefore(p int) geo.Track {
 	return d.panes[p-1].end
 }
 
-// replay recomputes the segments of every fix from pane p on, in timestamp
-// order, as an in-order arrival would have: the sums come out bit for bit
-// the same whatever order the fixes arrived in.
-func (d *Distance) replay(s Spec, f geo.Filter, p int) {
-	st := d.stateBefore(p)
-	for q := p; q < len(d.panes); q++ {
-		d.panes[q].sum = 0
+// replay recomputes the segments of every fix after ts's predecessor, in
+// timestamp order, as an in-order arrival would have: the sums come out bit
+// for bit the same whatever order the fixes arrived in. It starts from the
+// last mark before ts in ts's pane p (or the pane's start), and stops at the
+// end of a pane whose final filter state came out as before: the panes
+// after it start from the same state with the same fixes.
+func (d *Distance) replay(s Spec, f geo.Filter, p int, ts int64) {
+	stale := sort.Search(len(d.marks), func(i int) bool { return d.marks[i].ts >= ts })
+	st, sum, k, from := d.stateBefore(p), 0.0, int32(0), d.search(d.panes[p].idx*s.pane)
+	if stale > 0 && d.marks[stale-1].pane == d.panes[p].idx {
+		m := &d.marks[stale-1]
+		st, sum, k, from = m.st, m.sum, m.k, d.search(m.ts+1)
 	}
+	var buf [8]mark
+	fresh, lastK := buf[:0], k
+	sp := f.Stepper()
 	q := p
-	for _, x := range d.fixes[d.search(d.panes[p].idx*s.pane):] {
+	for _, x := range d.fixes[from:] {
 		for s.paneIdx(x.TS) != d.panes[q].idx {
-			d.panes[q].end = st
+			same := d.panes[q].end.Same(&st)
+			d.panes[q].sum, d.panes[q].end = sum, st
+			if same {
+				next := d.panes[q+1].idx
+				keep := sort.Search(len(d.marks), func(i int) bool { return d.marks[i].pane >= next })
+				d.marks = slices.Replace(d.marks, stale, keep, fresh...)
+				return
+			}
 			q++
+			sum, k, lastK = 0, 0, 0
 		}
-		d.panes[q].sum += f.Step(&st, x)
+		sum += sp.Step(&st, x)
+		k++
+		if k-lastK >= markEvery {
+			fresh = append(fresh, mark{pane: d.panes[q].idx, ts: x.TS, k: k, sum: sum, st: st})
+			lastK = k
+		}
 	}
-	d.panes[q].end = st
+	d.panes[q].sum, d.panes[q].end = sum, st
+	d.marks = append(d.marks[:stale], fresh...)
 }
 
 // paneOf returns the index in d.panes of pane idx, adding it if needed.
@@ -296,9 +352,14 @@ func (d *Distance) evict(s Spec, lb int64) {
 	d.base = d.panes[j-1].end
 	if k == len(d.fixes) {
 		// An idle courier keeps only the filter's state.
-		d.fixes, d.panes = nil, nil
+		d.fixes, d.panes, d.marks = nil, nil, nil
 		return
 	}
 	d.fixes = d.fixes[:copy(d.fixes, d.fixes[k:])]
 	d.panes = d.panes[:copy(d.panes, d.panes[j:])]
+	m := 0
+	for m < len(d.marks) && d.marks[m].ts < lb {
+		m++
+	}
+	d.marks = d.marks[:copy(d.marks, d.marks[m:])]
 }

@@ -1,12 +1,15 @@
 package window
 
 import (
+	"cmp"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"testing"
 
 	"github.com/km0/edgeproc/geo"
+	"github.com/km0/edgeproc/internal/wire"
 )
 
 const minute = 60_000
@@ -256,6 +259,100 @@ func TestDistance_MatchesNaive(t *testing.T) {
 			g, w := got[i], want[i]
 			if g.Start != w.Start || g.End != w.End || g.Positions != w.Positions || g.First != w.First || g.Last != w.Last || math.Abs(g.DistanceM-w.DistanceM) > 1e-6 {
 				t.Fatalf("seed %d window %d: got %+v, want %+v", seed, i, g, w)
+			}
+		}
+	}
+}
+
+// TestDistance_DensePanesBitExact feeds couriers sending several fixes a
+// second, far out of order, so that panes hold hundreds of fixes and
+// replays start from marks and stop where the filter's state converges; a
+// checkpoint round trip now and then drops the marks. Every fired window
+// must equal, bit for bit, the reference: the filter stepped over all the
+// accepted fixes in timestamp order, each pane's segments added in order,
+// the window's panes added in order.
+func TestDistance_DensePanesBitExact(t *testing.T) {
+	for seed := uint64(0); seed < 40; seed++ {
+		r := rand.New(rand.NewPCG(seed, 7))
+		s := NewSpec(30_000, 10_000)
+		f := geo.Filter{MinMoveM: 15, MaxSpeedKmh: 150}
+		spread := 0.0002 // ~20 m: parked, settled, spikes
+		if seed%2 == 1 {
+			spread = 0.002 // ~200 m: moves and jumps
+		}
+		var d Distance
+		d.Start(0)
+		var accepted []geo.Fix
+		var got, want []Window
+		newest, wm := int64(0), int64(0)
+		advance := func(to int64) {
+			if to <= wm {
+				return
+			}
+			d.Advance(s, to, func(w Window) { got = append(got, w) })
+			// Reference: windows ending in (wm, to] that hold a fix.
+			sorted := slices.Clone(accepted)
+			slices.SortFunc(sorted, func(a, b geo.Fix) int { return cmp.Compare(a.TS, b.TS) })
+			paneSum := map[int64]float64{}
+			var tr geo.Track
+			for _, x := range sorted {
+				paneSum[s.paneIdx(x.TS)] += f.Step(&tr, x)
+			}
+			for end := (wm/s.Slide + 1) * s.Slide; end <= to; end += s.Slide {
+				w := Window{Start: end - s.Size, End: end}
+				for idx := w.Start / s.pane; idx < end/s.pane; idx++ {
+					if sum, ok := paneSum[idx]; ok {
+						w.DistanceM += sum
+					}
+				}
+				for _, x := range sorted {
+					if x.TS >= w.Start && x.TS < end {
+						if w.Positions == 0 {
+							w.First = x.TS
+						}
+						w.Positions++
+						w.Last = x
+					}
+				}
+				if w.Positions > 0 {
+					want = append(want, w)
+				}
+			}
+			wm = to
+		}
+		for i := 0; i < 3000; i++ {
+			ts := int64(i)*20 - int64(r.ExpFloat64()*1500) // 50 a second, ~1.5 s late on average
+			newest = max(newest, ts)
+			if !s.Late(ts, wm) && !d.Has(ts) && ts >= 0 {
+				x := geo.Fix{TS: ts, Lat: 41 + float64(i)*spread/300 + r.NormFloat64()*spread, Lon: 2 + r.NormFloat64()*spread, Acc: float64(r.IntN(20))}
+				d.Insert(s, f, x)
+				accepted = append(accepted, x)
+			}
+			if i%50 == 0 {
+				advance(newest - 5_000)
+				// Marks are kept for retained fixes only, at most one per
+				// markEvery of a pane's fixes.
+				if limit := len(d.fixes)/markEvery + len(d.panes); len(d.marks) > limit {
+					t.Fatalf("seed %d: %d marks for %d fixes in %d panes", seed, len(d.marks), len(d.fixes), len(d.panes))
+				}
+				if len(d.marks) > 0 && d.marks[0].ts < d.fixes[0].TS {
+					t.Fatalf("seed %d: a mark at %d before the first retained fix %d", seed, d.marks[0].ts, d.fixes[0].TS)
+				}
+			}
+			if i%700 == 0 {
+				var back Distance
+				if err := back.ReadState(s, wire.NewReader(d.AppendState(nil))); err != nil {
+					t.Fatal(err)
+				}
+				d = back
+			}
+		}
+		if len(got) != len(want) || len(want) == 0 {
+			t.Fatalf("seed %d: got %d windows, want %d", seed, len(got), len(want))
+		}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("seed %d window %d: got %+v, want %+v (bit for bit)", seed, i, got[i], want[i])
 			}
 		}
 	}
