@@ -281,8 +281,20 @@ func (c Config) coversSubject(subject string) bool {
 	return true
 }
 
-// kvKeyRe is what a KV key may contain (nats.go's rule); ':' is not in it.
-var kvKeyRe = regexp.MustCompile(`^[-/_=.a-zA-Z0-9]+$`)
+// kvKeyChars reports whether k holds only what a KV key may contain
+// (nats.go's rule, [-/_=.a-zA-Z0-9]; ':' is not in it). A loop, not a
+// regexp: it runs for every courier-state write.
+func kvKeyChars(k string) bool {
+	for i := 0; i < len(k); i++ {
+		switch c := k[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9',
+			c == '-', c == '/', c == '_', c == '=', c == '.':
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // CourierKey returns the KV key of a courier id. Ids are
 // [A-Za-z0-9._:-]{1,64}, but KV keys allow no ':' and no leading, trailing
@@ -295,7 +307,7 @@ func CourierKey(courier string) string {
 	// or encoded key, so it is encoded too.
 	if !strings.ContainsAny(courier, "=/") {
 		k := strings.ReplaceAll(courier, ":", "=")
-		if k != "" && k[0] != '.' && k[len(k)-1] != '.' && !strings.Contains(k, "..") && kvKeyRe.MatchString(k) {
+		if k != "" && k[0] != '.' && k[len(k)-1] != '.' && !strings.Contains(k, "..") && kvKeyChars(k) {
 			return k
 		}
 	}

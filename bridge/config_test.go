@@ -193,3 +193,20 @@ func TestBackoff(t *testing.T) {
 		}
 	}
 }
+
+// FuzzCourierKey: every key is valid by nats.go's rule (the regexp here),
+// and the loop that replaced the product's regexp agrees with it.
+func FuzzCourierKey(f *testing.F) {
+	for _, s := range []string{"c1", "a:b", "a=b", "a..b", ".x", "é", "a b", "b64/x", ""} {
+		f.Add(s)
+	}
+	keyRe := regexp.MustCompile(`^[-/_=.a-zA-Z0-9]+$`)
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := kvKeyChars(s), keyRe.MatchString(s) || s == ""; got != want {
+			t.Errorf("kvKeyChars(%q) = %v, regexp says %v", s, got, want)
+		}
+		if k := CourierKey(s); !validKVKey(k) {
+			t.Errorf("CourierKey(%q) = %q is not a valid KV key", s, k)
+		}
+	})
+}
