@@ -108,9 +108,11 @@ func (s *shard) beginSnap(j *snapshotJob) {
 	s.epoch++
 	// Size the buffer after the previous snapshot: growing a large one by
 	// doubling leaves as much garbage as it keeps.
-	sn := &shardSnap{job: j, todo: make([]*courier, 0, len(s.couriers)), buf: make([]byte, 0, s.lastSnap+s.lastSnap/8)}
+	sn := &shardSnap{job: j, todo: make([]*courier, 0, s.count), buf: make([]byte, 0, s.lastSnap+s.lastSnap/8)}
 	for _, c := range s.couriers {
-		sn.todo = append(sn.todo, c)
+		if c != nil {
+			sn.todo = append(sn.todo, c)
+		}
 	}
 	s.snap = sn
 }
@@ -245,14 +247,16 @@ func Restore(cfg Config, sink Sink, snapshot []byte) (*Engine, uint64, error) {
 				e.Stop()
 				return nil, 0, fmt.Errorf("%w: courier %q: timestamps out of range", ErrSnapshotCorrupt, c.name)
 			}
-			s := e.shards[shardOf(c.name, len(e.shards))]
-			if _, dup := s.couriers[c.name]; dup || r.Err() != nil {
+			if e.track.byName[c.name] != nil || r.Err() != nil {
 				e.Stop()
 				return nil, 0, fmt.Errorf("%w: courier %q twice", ErrSnapshotCorrupt, c.name)
 			}
-			s.couriers[c.name] = c
+			sh := shardOf(c.name, len(e.shards))
+			t := e.track.add(c.name, c.latest, sh)
+			t.ahead = c.dist.After(w.MaxTS, nil)
+			s := e.shards[sh]
+			s.put(t.slot, c)
 			s.schedule(c)
-			e.track.add(c.name, c.latest).ahead = c.dist.After(w.MaxTS, nil)
 		}
 	}
 	if err := r.Err(); err != nil {
@@ -260,7 +264,7 @@ func Restore(cfg Config, sink Sink, snapshot []byte) (*Engine, uint64, error) {
 		return nil, 0, fmt.Errorf("%w: %v", ErrSnapshotCorrupt, err)
 	}
 	for _, s := range e.shards {
-		s.stats.couriers.Store(int64(len(s.couriers)))
+		s.stats.couriers.Store(int64(s.count))
 		if len(s.timers) > 0 {
 			s.next.Store(s.timers[0].at)
 		}

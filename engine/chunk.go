@@ -17,6 +17,7 @@ type event struct {
 	off           uint32
 	n             uint8 // courier id: chunk.names[off:off+n]
 	forget        bool  // drop the courier: it is no longer tracked
+	slot          int32 // the courier's index in its shard's table (the tracker's)
 }
 
 // step is one advance of the watermark: to wm, at input seq (2i+1 for the

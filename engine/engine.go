@@ -147,7 +147,7 @@ func New(cfg Config, sink Sink) *Engine {
 			filter: cfg.Filter, stopped: cfg.StoppedBelowM, res: cfg.H3Resolution,
 		},
 		wm:    watermark.New(cfg.ToleratedDelay, cfg.IdleTimeout, cfg.MaxFutureSkew),
-		track: newTracker(cfg.MaxCouriers, max(cfg.RestoreTTL, idle), idle),
+		track: newTracker(cfg.MaxCouriers, max(cfg.RestoreTTL, idle), idle, cfg.Shards),
 		free:  make(chan *chunk, inFlight),
 		merge: make(chan *chunk, inFlight),
 	}
@@ -217,14 +217,13 @@ func (e *Engine) Push(in *Input) {
 	} else {
 		e.accepted.Add(1)
 		if t == nil {
-			t = e.track.add(string(p.Courier), p.TS)
+			t = e.track.add(string(p.Courier), p.TS, shardOf(p.Courier, len(e.shards)))
 		} else {
 			t.latest = max(t.latest, p.TS)
 		}
-		sh := shardOf(p.Courier, len(e.shards))
-		c.events[sh] = append(c.events[sh], event{
+		c.events[t.shard] = append(c.events[t.shard], event{
 			seq: seq, ts: p.TS, lat: p.Lat, lon: p.Lon, acc: max(p.Accuracy, 0),
-			wm: e.wm.Current(), clock: now, off: uint32(len(c.names)), n: uint8(len(p.Courier)),
+			wm: e.wm.Current(), clock: now, off: uint32(len(c.names)), n: uint8(len(p.Courier)), slot: t.slot,
 		})
 		c.names = append(c.names, p.Courier...)
 		e.observe(c, seq, t, p.TS)
@@ -275,9 +274,8 @@ func (e *Engine) forget(c *chunk, seq int64) {
 	if e.cfg.OnForget != nil {
 		e.cfg.OnForget(t.name)
 	}
-	sh := shardOf([]byte(t.name), len(e.shards))
-	c.events[sh] = append(c.events[sh], event{
-		seq: seq, wm: e.wm.Current(), forget: true, off: uint32(len(c.names)), n: uint8(len(t.name)),
+	c.events[t.shard] = append(c.events[t.shard], event{
+		seq: seq, wm: e.wm.Current(), forget: true, off: uint32(len(c.names)), n: uint8(len(t.name)), slot: t.slot,
 	})
 	c.names = append(c.names, t.name...)
 }

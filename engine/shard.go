@@ -37,9 +37,12 @@ func (c *courier) cellOf(lat, lon float64, res int) h3.Cell {
 
 // shard owns a subset of the couriers.
 type shard struct {
-	id       int
-	p        *params
-	couriers map[string]*courier
+	id int
+	p  *params
+	// couriers is the shard's courier table, indexed by the slot the
+	// tracker gave each (nil: free); count is how many are in it.
+	couriers []*courier
+	count    int
 	timers   timerHeap
 	wm       int64
 	in       chan *chunk
@@ -72,7 +75,7 @@ type shard struct {
 
 func newShard(id int, p *params) *shard {
 	s := &shard{
-		id: id, p: p, couriers: map[string]*courier{}, wm: tmath.Never,
+		id: id, p: p, wm: tmath.Never,
 		in: make(chan *chunk, inFlight), done: make(chan struct{}, inFlight),
 	}
 	s.stats.watermark.Store(tmath.Never)
@@ -112,7 +115,7 @@ func (s *shard) run() {
 		}
 		c.out[s.id] = s.out
 		s.c, s.out = nil, nil
-		s.stats.couriers.Store(int64(len(s.couriers)))
+		s.stats.couriers.Store(int64(s.count))
 		s.stats.watermark.Store(s.wm)
 		if len(s.timers) > 0 {
 			s.next.Store(s.timers[0].at)
@@ -126,12 +129,24 @@ func (s *shard) run() {
 	}
 }
 
+// put places c in the table at slot.
+func (s *shard) put(slot int32, c *courier) {
+	if n := int(slot) + 1; n > len(s.couriers) {
+		s.couriers = append(s.couriers, make([]*courier, n-len(s.couriers))...)
+	}
+	s.couriers[slot] = c
+	s.count++
+}
+
 // apply processes one event with the watermark that preceded it.
 func (s *shard) apply(ev *event) {
 	s.advance(ev.wm)
 	p := s.p
 	name := s.c.names[ev.off : ev.off+uint32(ev.n)]
-	c := s.couriers[string(name)]
+	var c *courier
+	if int(ev.slot) < len(s.couriers) {
+		c = s.couriers[ev.slot]
+	}
 	if ev.forget {
 		// Nothing of it is open (the sequencer forgets a courier only at
 		// latest + max(size, gap) or later): its LAG predecessor and any
@@ -139,14 +154,15 @@ func (s *shard) apply(ev *event) {
 		if c != nil {
 			s.save(c)
 			c.gone = true
-			delete(s.couriers, c.name)
+			s.couriers[ev.slot] = nil
+			s.count--
 		}
 		return
 	}
 	if c == nil {
 		c = &courier{name: string(name), latest: ev.ts, epoch: s.epoch}
 		c.dist.Start(ev.wm)
-		s.couriers[c.name] = c
+		s.put(ev.slot, c)
 	} else {
 		s.save(c)
 		c.latest = max(c.latest, ev.ts)

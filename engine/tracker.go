@@ -18,6 +18,17 @@ type tracker struct {
 	idle   int64 // max(size, gap): evictable once wm >= latest + idle
 	byName map[string]*tracked
 	heap   []heapEntry
+	slots  []slotPool // by shard
+}
+
+// slotPool hands out the indexes of one shard's courier table, so that a
+// position costs one lookup by name (here) rather than one more in its
+// shard. A forgotten courier's index goes to a later new courier of the
+// same shard, which sees the forget first: a shard's events keep input
+// order.
+type slotPool struct {
+	free []int32
+	next int32
 }
 
 // tracked is one tracked courier.
@@ -29,6 +40,8 @@ type tracked struct {
 	// A copy of one of them is a duplicate (it is in an unfired window),
 	// and a duplicate must not move the watermark (see Engine.observe).
 	ahead []int64
+	shard int32 // shardOf(name)
+	slot  int32 // its index in the shard's table
 }
 
 type heapEntry struct {
@@ -36,16 +49,23 @@ type heapEntry struct {
 	t   *tracked
 }
 
-func newTracker(max int, ttl, idle int64) *tracker {
-	return &tracker{max: max, ttl: ttl, idle: idle, byName: map[string]*tracked{}}
+func newTracker(max int, ttl, idle int64, shards int) *tracker {
+	return &tracker{max: max, ttl: ttl, idle: idle, byName: map[string]*tracked{}, slots: make([]slotPool, shards)}
 }
 
 // full reports whether a new courier must first make room.
 func (tr *tracker) full() bool { return len(tr.byName) >= tr.max }
 
-// add starts tracking a courier.
-func (tr *tracker) add(name string, latest int64) *tracked {
-	t := &tracked{name: name, latest: latest}
+// add starts tracking a courier of the given shard.
+func (tr *tracker) add(name string, latest int64, shard int) *tracked {
+	p := &tr.slots[shard]
+	slot := p.next
+	if n := len(p.free); n > 0 {
+		slot, p.free = p.free[n-1], p.free[:n-1]
+	} else {
+		p.next++
+	}
+	t := &tracked{name: name, latest: latest, shard: int32(shard), slot: slot}
 	tr.byName[name] = t
 	tr.heap = append(tr.heap, heapEntry{key: latest, t: t})
 	tr.up(len(tr.heap) - 1)
@@ -79,6 +99,8 @@ func (tr *tracker) expired(wm, d int64) *tracked {
 func (tr *tracker) removeTop() {
 	t := tr.heap[0].t
 	delete(tr.byName, t.name)
+	p := &tr.slots[t.shard]
+	p.free = append(p.free, t.slot)
 	n := len(tr.heap) - 1
 	tr.heap[0] = tr.heap[n]
 	tr.heap[n] = heapEntry{}
