@@ -274,23 +274,29 @@ func TestLog_SyncBatchTriggers(t *testing.T) {
 		mustAppendAsync(t, l, n, func(uint64, error) { wg.Done() })
 		waitOrFail(t, &wg, "priming entries never made durable")
 	}
+	// lone appends one entry and returns how long it took to be durable.
+	lone := func(t *testing.T, l *Log, limit time.Duration) time.Duration {
+		t.Helper()
+		durable := make(chan time.Time, 1)
+		start := time.Now()
+		if _, err := l.Append(Entry{Topic: "t"}, func(uint64, error) { durable <- time.Now() }); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case at := <-durable:
+			return at.Sub(start)
+		case <-time.After(limit):
+			t.Fatal("a lone entry was never made durable")
+			return 0
+		}
+	}
 	t.Run("a trickle goes at once", func(t *testing.T) {
 		const interval = 5 * time.Second
 		l, _ := mustOpen(t, t.TempDir(), Options{Interval: interval})
 		defer mustClose(t, l)
 		for i := range 3 {
-			durable := make(chan time.Time, 1)
-			start := time.Now()
-			if _, err := l.Append(Entry{Topic: "t"}, func(uint64, error) { durable <- time.Now() }); err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case at := <-durable:
-				if waited := at.Sub(start); waited >= interval/2 {
-					t.Errorf("lone entry %d, half a second after the last: durable after %v, want no wait for company (interval %v)", i, waited, interval)
-				}
-			case <-time.After(2 * interval):
-				t.Fatalf("lone entry %d was never made durable", i)
+			if waited := lone(t, l, 2*interval); waited >= interval/2 {
+				t.Errorf("lone entry %d, half a second after the last: durable after %v, want no wait for company (interval %v)", i, waited, interval)
 			}
 			time.Sleep(500 * time.Millisecond)
 		}
@@ -303,18 +309,8 @@ func TestLog_SyncBatchTriggers(t *testing.T) {
 		defer mustClose(t, l)
 		prime(t, l, 5)
 		before := l.Stats().Fsyncs
-		durable := make(chan time.Time, 1)
-		start := time.Now()
-		if _, err := l.Append(Entry{Topic: "t"}, func(uint64, error) { durable <- time.Now() }); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case at := <-durable:
-			if waited := at.Sub(start); waited < interval*9/10 {
-				t.Errorf("a lone entry after a burst was fsynced after %v, want it to wait the %v interval", waited, interval)
-			}
-		case <-time.After(10 * interval):
-			t.Fatal("a lone entry was never made durable")
+		if waited := lone(t, l, 10*interval); waited < interval*9/10 {
+			t.Errorf("a lone entry after a burst was fsynced after %v, want it to wait the %v interval", waited, interval)
 		}
 		if got := l.Stats().Fsyncs - before; got != 1 {
 			t.Errorf("got %d fsyncs, want 1", got)
