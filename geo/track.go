@@ -91,7 +91,7 @@ func sameBits(a, b float64) bool { return math.Float64bits(a) == math.Float64bit
 // making it a spike; the confirmed fix becomes the anchor and the segment
 // anchor → it is counted, unless it implies more than MaxSpeedKmh.
 func (f Filter) Step(t *Track, x Fix) float64 {
-	st := Stepper{f: f}
+	st := f.Stepper()
 	return st.Step(t, x)
 }
 
@@ -101,7 +101,7 @@ func (f Filter) Step(t *Track, x Fix) float64 {
 // third of a step. It gives exactly Filter.Step's results.
 type Stepper struct {
 	f     Filter
-	lat   uint64 // bits of the latitude pl is for, when ok
+	lat   uint64 // bits of the latitude pl is for, once cache is set
 	pl    plane
 	cache bool
 }

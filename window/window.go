@@ -102,11 +102,10 @@ type pane struct {
 // order, so the result is bit for bit what a replay from the pane's start
 // gives. Marks are a cache: checkpoints do not keep them.
 type mark struct {
-	pane int64 // the pane's idx
-	ts   int64 // the fix's timestamp
-	k    int32 // the pane's fixes up to and including it
-	sum  float64
-	st   geo.Track
+	ts  int64 // the fix's timestamp
+	k   int32 // the pane's fixes up to and including it
+	sum float64
+	st  geo.Track
 }
 
 // markEvery bounds how many fixes a replay steps through before it reaches
@@ -192,8 +191,8 @@ func (d *Distance) Insert(s Spec, f geo.Filter, x geo.Fix) {
 			pn.end = d.stateBefore(p)
 		}
 		pn.sum += f.Step(&pn.end, x)
-		if pn.n-d.lastMark(pn.idx) >= markEvery {
-			d.marks = append(d.marks, mark{pane: pn.idx, ts: x.TS, k: pn.n, sum: pn.sum, st: pn.end})
+		if pn.n-d.lastMark(s, pn.idx) >= markEvery {
+			d.marks = append(d.marks, mark{ts: x.TS, k: pn.n, sum: pn.sum, st: pn.end})
 		}
 		return
 	}
@@ -201,8 +200,8 @@ func (d *Distance) Insert(s Spec, f geo.Filter, x geo.Fix) {
 }
 
 // lastMark returns k of the last mark, if it is in pane idx, else 0.
-func (d *Distance) lastMark(idx int64) int32 {
-	if n := len(d.marks); n > 0 && d.marks[n-1].pane == idx {
+func (d *Distance) lastMark(s Spec, idx int64) int32 {
+	if n := len(d.marks); n > 0 && s.paneIdx(d.marks[n-1].ts) == idx {
 		return d.marks[n-1].k
 	}
 	return 0
@@ -223,14 +222,16 @@ func (d *Distance) stateBefore(p int) geo.Track {
 // end of a pane whose final filter state came out as before: the panes
 // after it start from the same state with the same fixes.
 func (d *Distance) replay(s Spec, f geo.Filter, p int, ts int64) {
-	stale := sort.Search(len(d.marks), func(i int) bool { return d.marks[i].ts >= ts })
-	st, sum, k, from := d.stateBefore(p), 0.0, int32(0), d.search(d.panes[p].idx*s.pane)
-	if stale > 0 && d.marks[stale-1].pane == d.panes[p].idx {
-		m := &d.marks[stale-1]
+	pidx := d.panes[p].idx
+	// marks[w:] from here are stale up to the pane the replay is in; fresh
+	// marks overwrite them in place, so a replay allocates nothing.
+	w := sort.Search(len(d.marks), func(i int) bool { return d.marks[i].ts >= ts })
+	st, sum, k, from := d.stateBefore(p), 0.0, int32(0), d.search(pidx*s.pane)
+	if w > 0 && s.paneIdx(d.marks[w-1].ts) == pidx {
+		m := &d.marks[w-1]
 		st, sum, k, from = m.st, m.sum, m.k, d.search(m.ts+1)
 	}
-	var buf [8]mark
-	fresh, lastK := buf[:0], k
+	lastK := k
 	sp := f.Stepper()
 	q := p
 	for _, x := range d.fixes[from:] {
@@ -238,9 +239,7 @@ func (d *Distance) replay(s Spec, f geo.Filter, p int, ts int64) {
 			same := d.panes[q].end.Same(&st)
 			d.panes[q].sum, d.panes[q].end = sum, st
 			if same {
-				next := d.panes[q+1].idx
-				keep := sort.Search(len(d.marks), func(i int) bool { return d.marks[i].pane >= next })
-				d.marks = slices.Replace(d.marks, stale, keep, fresh...)
+				d.dropStale(s, w, d.panes[q].idx)
 				return
 			}
 			q++
@@ -249,12 +248,31 @@ func (d *Distance) replay(s Spec, f geo.Filter, p int, ts int64) {
 		sum += sp.Step(&st, x)
 		k++
 		if k-lastK >= markEvery {
-			fresh = append(fresh, mark{pane: d.panes[q].idx, ts: x.TS, k: k, sum: sum, st: st})
+			m := mark{ts: x.TS, k: k, sum: sum, st: st}
+			if w < len(d.marks) && s.paneIdx(d.marks[w].ts) <= d.panes[q].idx {
+				d.marks[w] = m // a stale mark of a pane replayed so far
+			} else {
+				d.marks = slices.Insert(d.marks, w, m)
+			}
+			w++
 			lastK = k
 		}
 	}
 	d.panes[q].sum, d.panes[q].end = sum, st
-	d.marks = append(d.marks[:stale], fresh...)
+	d.marks = d.marks[:w]
+}
+
+// dropStale deletes the stale marks left from w on in panes up to idx: the
+// marks of later panes still hold. Marks sit at every markEvery-th fix of
+// a pane, and a replay follows an insert, so its fresh marks are never
+// fewer than the stale ones and this normally deletes nothing; it keeps
+// replay correct without relying on that.
+func (d *Distance) dropStale(s Spec, w int, idx int64) {
+	end := w
+	for end < len(d.marks) && s.paneIdx(d.marks[end].ts) <= idx {
+		end++
+	}
+	d.marks = slices.Delete(d.marks, w, end)
 }
 
 // paneOf returns the index in d.panes of pane idx, adding it if needed.

@@ -338,6 +338,7 @@ func TestDistance_DensePanesBitExact(t *testing.T) {
 				if len(d.marks) > 0 && d.marks[0].ts < d.fixes[0].TS {
 					t.Fatalf("seed %d: a mark at %d before the first retained fix %d", seed, d.marks[0].ts, d.fixes[0].TS)
 				}
+				checkMarks(t, &d, s, f)
 			}
 			if i%700 == 0 {
 				var back Distance
@@ -354,6 +355,29 @@ func TestDistance_DensePanesBitExact(t *testing.T) {
 			if got[i] != want[i] {
 				t.Fatalf("seed %d window %d: got %+v, want %+v (bit for bit)", seed, i, got[i], want[i])
 			}
+		}
+	}
+}
+
+// checkMarks requires every mark to be what a replay from its pane's start
+// gives at its fix, bit for bit, and the marks to be in timestamp order.
+func checkMarks(t *testing.T, d *Distance, s Spec, f geo.Filter) {
+	t.Helper()
+	for i, m := range d.marks {
+		if i > 0 && m.ts <= d.marks[i-1].ts {
+			t.Fatalf("marks out of order: %d after %d", m.ts, d.marks[i-1].ts)
+		}
+		p := slices.IndexFunc(d.panes, func(pn pane) bool { return pn.idx == s.paneIdx(m.ts) })
+		if p < 0 || !d.Has(m.ts) {
+			t.Fatalf("mark at %d: no such retained fix", m.ts)
+		}
+		st, sum, k := d.stateBefore(p), 0.0, int32(0)
+		for _, x := range d.fixes[d.search(d.panes[p].idx*s.pane):d.search(m.ts+1)] {
+			sum += f.Step(&st, x)
+			k++
+		}
+		if k != m.k || sum != m.sum || !st.Same(&m.st) {
+			t.Fatalf("mark at %d: got k %d sum %v, want k %d sum %v (or its state differs)", m.ts, m.k, m.sum, k, sum)
 		}
 	}
 }
