@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// backoff returns autopaho's delay before connection attempt n of one
+// backoff returns the delay before connection attempt n of one
 // reconnect cycle: none before the first (n == 0), then min, doubling up to
 // max, each with ±20 % jitter so that the edge nodes of a fleet do not
 // reconnect to a restarted broker in lockstep. The result never exceeds max.

@@ -69,8 +69,9 @@ type Config struct {
 	// KeepAlive is the MQTT keep-alive, rounded down to whole seconds (at
 	// least 1 s). Default 30s.
 	KeepAlive time.Duration
-	// AckInterval is how often acknowledged messages are flushed to the
-	// broker as PUBACKs (paho batches them on a timer). Default 5ms.
+	// AckInterval is how long a PUBACK may wait to be written with the
+	// others that follow it, so that a burst of acks costs one write.
+	// Default 5ms.
 	AckInterval time.Duration
 	// ReconnectMin and ReconnectMax bound the reconnect backoff: the first
 	// retry waits ReconnectMin, each further one doubles up to ReconnectMax,
@@ -90,8 +91,8 @@ type Config struct {
 	// connection goes down (or at Close), with the time it was noticed.
 	// Calls alternate strictly, starting with OnListening, and never
 	// overlap; they come from the Source's goroutines and must not block
-	// or call Close. Messages paho had already buffered may still reach the
-	// handler after OnDeaf. The service runs its idle rule only in between.
+	// or call Close. No message of the connection reaches the handler after
+	// its OnDeaf. The service runs its idle rule only in between.
 	OnListening func(at time.Time)
 	OnDeaf      func(at time.Time)
 }

@@ -17,7 +17,8 @@ const (
 	connReadBuffer = 32 << 10
 	// connWriteLimit bounds the bytes a bufConn holds for its flusher: a
 	// writer waits beyond it (the socket is not keeping up), so memory stays
-	// bounded and backpressure reaches paho as it would on the bare socket.
+	// bounded and backpressure reaches the writer as it would on the bare
+	// socket.
 	connWriteLimit = 256 << 10
 	// closeFlushTimeout bounds Close's last flush of what is still buffered
 	// (the final PUBACKs and the DISCONNECT), and then again its wait for
@@ -25,18 +26,16 @@ const (
 	closeFlushTimeout = time.Second
 )
 
-// bufConn is the connection under paho. paho reads a packet in pieces (the
-// fixed header, each length byte, the body) and writes every packet, each
-// PUBACK too, with its own write; on a bare socket that is one syscall per
-// piece. bufConn reads through a bufio.Reader, so one read syscall takes
-// many packets, and coalesces writes: Write appends to a buffer that one
-// flusher goroutine writes out, so a burst of PUBACKs (paho flushes acks
-// every AckInterval, one packet each) becomes one write. A write costs no
-// more latency than the hand-off to the flusher, which writes whatever has
-// gathered as soon as it runs.
+// bufConn is a client's socket, buffered both ways. Reads go through a
+// bufio.Reader, so one read syscall takes many packets. Writes are
+// coalesced: Write appends to a buffer that one flusher goroutine writes
+// out, linger after the first byte of a batch, so the PUBACKs of a burst of
+// acks (one packet each, from whichever goroutine acks) go out in one write.
+// Each Write is one whole packet, so packets from different goroutines
+// never interleave.
 //
 // A write error is not lost: it is returned by every later Write, and the
-// connection is closed, so paho's reader fails too and the connection is
+// connection is closed, so the reader fails too and the connection is
 // dropped and re-established (the broker redelivers what was not acked).
 //
 // Close half-closes the socket after the last flush and waits for the
@@ -46,15 +45,10 @@ const (
 // restarted at once) can never take the session over while the old
 // connection's last acks are still unread, which would make the broker
 // redeliver those messages.
-//
-// It implements sync.Locker, which paho takes around the buffers of one
-// packet, so packets from paho's goroutines (acks, pings, subscribes) never
-// interleave.
 type bufConn struct {
 	net.Conn
-	r *bufio.Reader
-
-	pkt sync.Mutex // sync.Locker for paho: one packet at a time
+	r      *bufio.Reader
+	linger time.Duration
 
 	mu      sync.Mutex
 	cond    *sync.Cond // signalled when buf is taken or an error or close happens
@@ -63,6 +57,7 @@ type bufConn struct {
 	err     error      // the first write error; sticky
 	closing bool
 	kick    chan struct{} // wakes the flusher; capacity 1
+	closed  chan struct{} // closed by Close: the flusher lingers no more
 	done    chan struct{} // closed when the flusher has exited
 
 	readErr  chan struct{} // closed when a read fails (the broker closed its side)
@@ -72,11 +67,13 @@ type bufConn struct {
 	closeErr  error
 }
 
-func newBufConn(c net.Conn) *bufConn {
+func newBufConn(c net.Conn, linger time.Duration) *bufConn {
 	b := &bufConn{
 		Conn:    c,
 		r:       bufio.NewReaderSize(c, connReadBuffer),
+		linger:  linger,
 		kick:    make(chan struct{}, 1),
+		closed:  make(chan struct{}),
 		done:    make(chan struct{}),
 		readErr: make(chan struct{}),
 	}
@@ -85,16 +82,33 @@ func newBufConn(c net.Conn) *bufConn {
 	return b
 }
 
-// Lock and Unlock make paho write each packet as a unit.
-func (b *bufConn) Lock()   { b.pkt.Lock() }
-func (b *bufConn) Unlock() { b.pkt.Unlock() }
-
 func (b *bufConn) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
+	b.failed(err)
+	return n, err
+}
+
+// readHeader reads a packet's fixed header from the buffer.
+func (b *bufConn) readHeader() (typ, flags byte, n int, err error) {
+	typ, flags, n, err = readHeader(b.r)
+	b.failed(err)
+	return typ, flags, n, err
+}
+
+// peek returns the next n buffered bytes without consuming them; n must not
+// exceed the buffer's size.
+func (b *bufConn) peek(n int) ([]byte, error) {
+	p, err := b.r.Peek(n)
+	b.failed(err)
+	return p, err
+}
+
+// failed notes a read error: the broker has closed its side (or the socket
+// failed), which Close waits for.
+func (b *bufConn) failed(err error) {
 	if err != nil {
 		b.readOnce.Do(func() { close(b.readErr) })
 	}
-	return n, err
 }
 
 // Write queues p for the flusher. It waits while connWriteLimit bytes are
@@ -127,6 +141,14 @@ func (b *bufConn) flusher() {
 	defer close(b.done)
 	for {
 		<-b.kick
+		if b.linger > 0 {
+			t := time.NewTimer(b.linger)
+			select {
+			case <-t.C:
+			case <-b.closed:
+				t.Stop()
+			}
+		}
 		b.mu.Lock()
 		out, closing := b.buf, b.closing
 		b.buf, b.spare = b.spare[:0], nil
@@ -140,7 +162,7 @@ func (b *bufConn) flusher() {
 				}
 				b.cond.Broadcast()
 				b.mu.Unlock()
-				// paho learns of the loss from its reader.
+				// The reader learns of the loss.
 				_ = b.Conn.Close()
 				return
 			}
@@ -163,6 +185,7 @@ func (b *bufConn) Close() error {
 		b.closing = true
 		b.cond.Broadcast()
 		b.mu.Unlock()
+		close(b.closed)
 		_ = b.Conn.SetWriteDeadline(time.Now().Add(closeFlushTimeout))
 		select {
 		case b.kick <- struct{}{}:
@@ -183,10 +206,10 @@ func (b *bufConn) Close() error {
 	return b.closeErr
 }
 
-// dialer returns autopaho's AttemptConnection: a TCP (or TLS, for mqtts)
-// connection within timeout, wrapped in a bufConn.
-func dialer(timeout time.Duration, tc *tls.Config) func(context.Context, *url.URL) (net.Conn, error) {
-	return func(ctx context.Context, u *url.URL) (net.Conn, error) {
+// dialer returns a function that connects to the broker over TCP (or TLS,
+// for mqtts) within timeout, buffered with the given linger.
+func dialer(timeout, linger time.Duration, tc *tls.Config) func(context.Context, *url.URL) (*bufConn, error) {
+	return func(ctx context.Context, u *url.URL) (*bufConn, error) {
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		var (
@@ -201,6 +224,6 @@ func dialer(timeout time.Duration, tc *tls.Config) func(context.Context, *url.UR
 		if err != nil {
 			return nil, fmt.Errorf("dial %s: %w", u.Redacted(), err)
 		}
-		return newBufConn(c), nil
+		return newBufConn(c, linger), nil
 	}
 }

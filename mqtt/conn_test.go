@@ -56,16 +56,14 @@ func newFake() *fakeConn {
 
 func TestBufConn_CoalescesWritesWhileTheSocketIsBusy(t *testing.T) {
 	f := newFake()
-	b := newBufConn(f)
+	b := newBufConn(f, 0)
 	var want bytes.Buffer
 	packet := func(i int) {
 		p := []byte(fmt.Sprintf("puback %d;", i))
 		want.Write(p)
-		b.Lock()
 		if _, err := b.Write(p); err != nil {
 			t.Fatalf("write %d: %v", i, err)
 		}
-		b.Unlock()
 	}
 	packet(0)
 	<-f.entered // the flusher is in the socket write, held at the gate
@@ -90,11 +88,63 @@ func TestBufConn_CoalescesWritesWhileTheSocketIsBusy(t *testing.T) {
 	}
 }
 
+func TestBufConn_LingerGathersABurst(t *testing.T) {
+	f := newFake()
+	f.gate = nil
+	b := newBufConn(f, 50*time.Millisecond)
+	var want bytes.Buffer
+	start := time.Now()
+	for i := range 100 { // acks from whichever goroutine, within the linger
+		p := []byte(fmt.Sprintf("puback %d;", i))
+		want.Write(p)
+		if _, err := b.Write(p); err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+	}
+	<-f.entered
+	if d := time.Since(start); d < 50*time.Millisecond {
+		// A lower bound, which no slow machine can break: the write must
+		// not come before the linger.
+		t.Errorf("first socket write %s after the burst, want after the 50ms linger", d)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if len(f.writes) != 1 {
+		t.Errorf("got %d socket writes, want 1 (the whole burst)", len(f.writes))
+	}
+	if got := bytes.Join(f.writes, nil); !bytes.Equal(got, want.Bytes()) {
+		t.Errorf("socket got %q, want %q", got, want.Bytes())
+	}
+}
+
+func TestBufConn_CloseDoesNotWaitForTheLinger(t *testing.T) {
+	f := newFake()
+	f.gate = nil
+	b := newBufConn(f, time.Hour)
+	if _, err := b.Write([]byte("last ack")); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- b.Close() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("close: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close waited for the hour's linger")
+	}
+	if got := bytes.Join(f.writes, nil); string(got) != "last ack" {
+		t.Errorf("socket got %q, want the queued write flushed by Close", got)
+	}
+}
+
 func TestBufConn_WriteErrorIsKeptAndClosesTheSocket(t *testing.T) {
 	f := newFake()
 	f.gate = nil
 	f.fail = errors.New("connection reset")
-	b := newBufConn(f)
+	b := newBufConn(f, 0)
 	if _, err := b.Write([]byte("a")); err != nil {
 		t.Fatalf("first write is only queued: got %v", err)
 	}
@@ -108,7 +158,7 @@ func TestBufConn_WriteErrorIsKeptAndClosesTheSocket(t *testing.T) {
 	closed := f.closed
 	f.mu.Unlock()
 	if !closed {
-		t.Error("socket left open after a write error: paho's reader would not notice")
+		t.Error("socket left open after a write error: the reader would not notice")
 	}
 	if err := b.Close(); err != nil {
 		t.Errorf("close after a write error: %v", err)
@@ -117,7 +167,7 @@ func TestBufConn_WriteErrorIsKeptAndClosesTheSocket(t *testing.T) {
 
 func TestBufConn_WriterWaitsAtTheLimit(t *testing.T) {
 	f := newFake()
-	b := newBufConn(f)
+	b := newBufConn(f, 0)
 	if _, err := b.Write([]byte("x")); err != nil {
 		t.Fatal(err)
 	}

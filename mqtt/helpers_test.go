@@ -126,7 +126,7 @@ func seqOf(tb testing.TB, m *Message) int {
 }
 
 // testLogger sends the source's log to the test log until the test ends
-// (paho may log from a goroutine that outlives it, and t.Log would panic).
+// (the Source may log from a goroutine that outlives it, and t.Log would panic).
 func testLogger(tb testing.TB) *slog.Logger {
 	w := &tbWriter{tb: tb}
 	tb.Cleanup(func() { w.done.Store(true) })

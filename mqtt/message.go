@@ -3,13 +3,10 @@ package mqtt
 import (
 	"sync/atomic"
 	"time"
-
-	"github.com/eclipse/paho.golang/paho"
 )
 
 // Message is one PUBLISH received from the broker. The handler given to Start
-// owns it: Topic and Payload are never touched by paho again and may be
-// retained.
+// owns it: Topic and Payload are its own and may be retained.
 type Message struct {
 	// Topic is the topic the message was published to (not the filter).
 	Topic string
@@ -22,11 +19,11 @@ type Message struct {
 	// before, on an earlier connection, and got no ack.
 	Duplicate bool
 
-	src      *Source
-	client   *paho.Client // the connection that delivered the message
-	packetID uint16
-	qos      byte
-	acked    atomic.Bool
+	src   *Source
+	c     *client // the connection that delivered the message
+	seq   uint64  // its place in c's receive order
+	qos   byte
+	acked atomic.Bool
 }
 
 // Ack acknowledges the message to the broker, which then never redelivers
@@ -41,25 +38,9 @@ func (m *Message) Ack() {
 	if m.src == nil || !m.acked.CompareAndSwap(false, true) || m.qos == 0 {
 		return
 	}
-	s := m.src
-	// Acking through a client that is gone would be a no-op in paho (its ack
-	// tracker is reset on shutdown), but a packet identifier of the old
-	// connection must never reach the new one, so check here explicitly.
-	if !s.win.release(m.client) {
-		s.staleAcks.Add(1)
+	if !m.c.in.ack(m.seq) {
+		m.src.staleAcks.Add(1)
 		return
 	}
-	// Only PacketID and QoS matter to paho's ack tracker; building the full
-	// packet again would copy properties for nothing.
-	if m.qos == 1 {
-		s.unsent.Add(1) // before paho's timer can write it
-	}
-	if err := m.client.Ack(&paho.Publish{PacketID: m.packetID, QoS: m.qos}); err != nil {
-		if m.qos == 1 {
-			s.unsent.Add(-1)
-		}
-		s.staleAcks.Add(1) // paho.ErrPacketNotFound: the connection dropped meanwhile
-		return
-	}
-	s.acked.Add(1)
+	m.src.acked.Add(1)
 }

@@ -3,8 +3,9 @@
 //
 // # Delivery
 //
-// A Source keeps one connection (github.com/eclipse/paho.golang/autopaho) to
-// the broker with a persistent session: Clean Start is never set and the
+// A Source keeps one connection to the broker with a persistent session
+// (its own MQTT v5 client: see client for why not paho's autopaho; paho's
+// packets package still encodes the rare packets): Clean Start is never set and the
 // session outlives disconnections for Config.SessionExpiry, so QoS 1 messages
 // published while edgeproc is down or reconnecting are queued by the broker
 // and delivered afterwards. The subscription is renewed on every connection.
@@ -19,36 +20,36 @@
 // # Ack order
 //
 // MQTT requires PUBACKs in the order the PUBLISHes were received. Ack may be
-// called from any goroutine and in any order; paho releases acks to the
-// broker in receive order only — an acked message waits until every earlier
-// message of the same connection is acked too — and flushes them every
-// Config.AckInterval. So one message that is never acked stalls the release
-// of every later ack on that connection, and with it, once ReceiveMaximum
-// messages are outstanding, delivery.
+// called from any goroutine and in any order; the Source releases acks to
+// the broker in receive order only — an acked message waits until every
+// earlier message of the same connection is acked too — and writes them out
+// within Config.AckInterval. So one message that is never acked stalls the
+// release of every later ack on that connection, and with it, once
+// ReceiveMaximum messages are outstanding, delivery.
 //
 // Acks are tied to the connection that delivered the message. After a
 // reconnection an Ack for a message of the old connection is dropped (counted
 // in Stats.StaleAcks) rather than sent: its packet identifier means nothing,
 // or something else, on the new connection, and the broker redelivers the
-// message anyway. paho also hands the handler the messages it had buffered
-// when a connection drops (it gives no earlier sign of the drop); their acks
-// cannot reach the broker either, so a drop costs up to about twice
-// ReceiveMaximum duplicates.
+// message anyway. The messages already read from a connection that then
+// drops still reach the handler; their acks cannot reach the broker either,
+// so a drop costs up to about ReceiveMaximum duplicates.
 //
 // # Backpressure
 //
 // At most Config.ReceiveMaximum messages of a connection are handed to the
-// handler and not yet acked (Stats.Outstanding): the broker should stop
-// there (MQTT v5 Receive Maximum), and where it does not — Mosquitto 2.0.11
-// overshoots once acks flow — the Source holds the next message back until an
-// ack frees a slot. paho buffers at most ReceiveMaximum more between the
-// socket and the handler, then stops reading the socket (should that outlast
-// the keep-alive, paho drops the connection and the broker redelivers what
-// was unacked). A handler that blocks (for
-// example on a full write-ahead-log queue) therefore stops the flow without
-// growing memory; the rest waits in the broker's session queue, which must be
-// unbounded or large: Mosquitto's max_queued_messages defaults to 1000 and
-// silently drops the excess.
+// handler and not yet acknowledged to the broker (Stats.Outstanding): the
+// broker should stop there (MQTT v5 Receive Maximum), and where it does not
+// — Mosquitto 2.0.11 overshoots once acks flow — the Source holds the next
+// message back until an ack frees a slot. The handler is called from the
+// goroutine that reads the socket, so while it, or that wait, blocks,
+// nothing more is read (should that outlast the keep-alive, the ping goes
+// unanswered, the connection is dropped and the broker redelivers what was
+// unacked). A handler that blocks (for example on a full write-ahead-log
+// queue) therefore stops the flow without growing memory; the rest waits in
+// the socket and the broker's session queue, which must be unbounded or
+// large: Mosquitto's max_queued_messages defaults to 1000 and silently drops
+// the excess.
 package mqtt
 
 import (
@@ -57,17 +58,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/eclipse/paho.golang/autopaho"
-	"github.com/eclipse/paho.golang/packets"
-	"github.com/eclipse/paho.golang/paho"
-	"github.com/eclipse/paho.golang/paho/session"
-	"github.com/eclipse/paho.golang/paho/session/state"
 )
 
 // Stats is a snapshot of a Source's counters. Counters only grow.
@@ -93,7 +87,8 @@ type Stats struct {
 	// while we were away may be lost.
 	SessionsLost uint64
 	// Outstanding is the number of messages of the current connection handed
-	// to the handler and not yet acked; never more than ReceiveMaximum.
+	// to the handler and not yet acknowledged to the broker (acked, in
+	// receive order); never more than ReceiveMaximum.
 	Outstanding int
 	// Connected reports whether a connection is up now.
 	Connected bool
@@ -106,25 +101,26 @@ type Stats struct {
 // Close. Its methods are safe for concurrent use.
 type Source struct {
 	cfg    Config
+	url    *url.URL
 	log    *slog.Logger
 	handle func(*Message)
-	cm     *autopaho.ConnectionManager
+	dialer func(context.Context, *url.URL) (*bufConn, error)
 	cancel context.CancelFunc
 	// ctx ends when Close is called or the context given to Start ends.
-	ctx context.Context
+	ctx  context.Context
+	done chan struct{} // closed when run returns
 
 	subs sync.WaitGroup // subscribe goroutines, one per connection
 	// gen is bumped when a connection comes up and when it goes down; subGen
 	// is the gen whose subscription was granted. Subscribed is their
 	// equality, so a late SUBACK can never mark a newer connection.
 	gen, subGen atomic.Uint64
+	subID       atomic.Uint32 // the last SUBSCRIBE's packet identifier
 
-	// win bounds unacked messages and knows the live connection: a message
-	// remembers the client that delivered it, and only that client's acks
-	// are sent.
-	win *window
+	mu      sync.Mutex // guards cur against Close
+	cur     *client    // the live connection, nil while there is none
+	closing atomic.Bool
 
-	closing   atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
 
@@ -133,12 +129,6 @@ type Source struct {
 	listenMu    sync.Mutex
 	listenGen   uint64
 	listenSince time.Time
-
-	// unsent counts the acks handed to paho on the current connection
-	// whose PUBACK its session state has not written yet, so that Close
-	// waits for them instead of guessing how long paho's ack timer takes.
-	// A connection that drops takes its unsent acks with it.
-	unsent atomic.Int64
 
 	received, redelivered, acked, staleAcks atomic.Uint64
 	connects, sessionsLost                  atomic.Uint64
@@ -151,9 +141,9 @@ type Source struct {
 // connection is retried with capped backoff until Close is called or ctx
 // ends.
 //
-// handle is called for every message, sequentially, in receive order, from a
-// paho goroutine. It owns the *Message it is given (Payload included: it is
-// not reused by paho and may be retained). Blocking in handle is the
+// handle is called for every message, sequentially, in receive order, from
+// the goroutine that reads the connection. It owns the *Message it is given
+// (Payload included: it may be retained). Blocking in handle is the
 // backpressure path (see the package doc); a handle that blocks must return
 // when the caller shuts down, because Close waits for it. log receives
 // connection events; nil discards them.
@@ -169,120 +159,75 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, handle func(*Messa
 	if err != nil {
 		return nil, err
 	}
+	var tc *tls.Config
+	if u.Scheme == "mqtts" {
+		if tc, err = tlsConfig(cfg.CAFile); err != nil {
+			return nil, err
+		}
+	}
 	log = log.With("broker", u.String(), "client_id", cfg.ClientID)
-
-	s := &Source{cfg: cfg, log: log, handle: handle, win: newWindow(cfg.ReceiveMaximum)}
-	ac, err := s.clientConfig(u)
-	if err != nil {
-		return nil, err
+	s := &Source{
+		cfg: cfg, url: u, log: log, handle: handle,
+		dialer: dialer(cfg.ConnectTimeout, cfg.AckInterval, tc),
+		done:   make(chan struct{}),
 	}
 	s.ctx, s.cancel = context.WithCancel(ctx)
-	cm, err := autopaho.NewConnection(s.ctx, ac)
-	if err != nil {
-		s.cancel()
-		return nil, fmt.Errorf("mqtt: connect %s: %w", u, err)
-	}
-	s.cm = cm
+	go s.run()
 	return s, nil
 }
 
-// clientConfig maps Config onto autopaho's configuration.
-func (s *Source) clientConfig(u *url.URL) (autopaho.ClientConfig, error) {
-	cfg := s.cfg
-	ac := autopaho.ClientConfig{
-		ServerUrls:                    []*url.URL{u},
-		KeepAlive:                     keepAliveSeconds(cfg.KeepAlive),
-		CleanStartOnInitialConnection: false,
-		SessionExpiryInterval:         expirySeconds(cfg.SessionExpiry),
-		ReconnectBackoff:              backoff(cfg.ReconnectMin, cfg.ReconnectMax),
-		ConnectTimeout:                cfg.ConnectTimeout,
-		ConnectUsername:               cfg.Username,
-		OnConnectionUp:                s.onConnectionUp,
-		OnConnectionDown:              s.onConnectionDown,
-		OnConnectError:                s.onConnectError,
-		Errors:                        pahoLogger{s.log, "autopaho"},
-		PahoErrors:                    pahoLogger{s.log, "paho"},
-		// Receive Maximum and Maximum Packet Size are not autopaho settings:
-		// they go into the CONNECT properties. paho also sizes its inbound
-		// buffer from Receive Maximum, which is what bounds memory.
-		ConnectPacketBuilder: func(cp *paho.Connect, _ *url.URL) (*paho.Connect, error) {
-			if cp.Properties == nil {
-				cp.Properties = &paho.ConnectProperties{}
+// run connects, serves the connection until it drops, and reconnects with
+// backoff (none before the first attempt after a drop), until ctx ends.
+func (s *Source) run() {
+	defer close(s.done)
+	wait := backoff(s.cfg.ReconnectMin, s.cfg.ReconnectMax)
+	for attempt := 0; ; attempt++ {
+		if d := wait(attempt); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-s.ctx.Done():
+				t.Stop()
 			}
-			rm, mps := cfg.ReceiveMaximum, uint32(cfg.MaxPayload+PacketOverhead)
-			cp.Properties.ReceiveMaximum = &rm
-			cp.Properties.MaximumPacketSize = &mps
-			return cp, nil
-		},
-		ClientConfig: paho.ClientConfig{
-			Session:                    &ackCounter{SessionManager: state.NewInMemory(), unsent: &s.unsent},
-			ClientID:                   cfg.ClientID,
-			EnableManualAcknowledgment: true,
-			SendAcksInterval:           cfg.AckInterval,
-			OnPublishReceived:          []func(paho.PublishReceived) (bool, error){s.onPublish},
-		},
-	}
-	if cfg.Password != "" {
-		ac.ConnectPassword = []byte(cfg.Password)
-	}
-	var tc *tls.Config
-	if u.Scheme == "mqtts" {
-		var err error
-		if tc, err = tlsConfig(cfg.CAFile); err != nil {
-			return ac, err
 		}
-		ac.TlsCfg = tc
+		if s.ctx.Err() != nil {
+			return
+		}
+		c, err := s.dial(s.ctx)
+		if err != nil {
+			if s.ctx.Err() == nil {
+				s.log.Warn("mqtt connect failed", "err", err)
+			}
+			continue
+		}
+		if !s.up(c) {
+			c.close()
+			return
+		}
+		err = c.serve(s.ctx)
+		s.down(c, err)
+		attempt = -1
 	}
-	// Our own dial, for the buffered connection (see bufConn).
-	dial := dialer(cfg.ConnectTimeout, tc)
-	ac.AttemptConnection = func(ctx context.Context, _ autopaho.ClientConfig, u *url.URL) (net.Conn, error) {
-		return dial(ctx, u)
-	}
-	return ac, nil
 }
 
-// onPublish runs on paho's router goroutine, once per PUBLISH, in order.
-func (s *Source) onPublish(pr paho.PublishReceived) (bool, error) {
-	p := pr.Packet
-	// QoS 0 messages are never acked, so they take no slot in the window.
-	if p.QoS > 0 && !s.win.acquire(s.ctx, pr.Client) {
-		return true, nil // closing
-	}
+// up makes c the live connection and starts its subscription; it reports
+// false if the Source is closing.
+func (s *Source) up(c *client) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.closing.Load() {
-		// Unacked, so the broker redelivers it on the next start; handing it
-		// to a consumer that is shutting down would only make a duplicate.
-		return true, nil
+		return false
 	}
-	m := &Message{
-		Topic:     p.Topic,
-		Payload:   p.Payload,
-		Arrival:   time.Now(),
-		Duplicate: p.Duplicate(),
-		src:       s,
-		client:    pr.Client,
-		packetID:  p.PacketID,
-		qos:       p.QoS,
-	}
-	s.received.Add(1)
-	if m.Duplicate {
-		s.redelivered.Add(1)
-	}
-	s.handle(m)
-	return true, nil
-}
-
-// onConnectionUp is called by autopaho's connection goroutine; it must not
-// block, so the subscription is made on its own goroutine.
-func (s *Source) onConnectionUp(cm *autopaho.ConnectionManager, ca *paho.Connack) {
+	s.cur = c
 	n := s.connects.Add(1)
 	gen := s.gen.Add(1)
 	s.connected.Store(true)
 	switch {
-	case n == 1 && ca.SessionPresent:
+	case n == 1 && c.sessionPresent:
 		s.log.Info("mqtt connected, resuming session")
 	case n == 1:
 		s.log.Info("mqtt connected, new session")
-	case ca.SessionPresent:
+	case c.sessionPresent:
 		s.log.Info("mqtt reconnected, session resumed", "reconnects", n-1)
 	default:
 		s.sessionsLost.Add(1)
@@ -291,17 +236,63 @@ func (s *Source) onConnectionUp(cm *autopaho.ConnectionManager, ca *paho.Connack
 	s.subs.Add(1)
 	go func() {
 		defer s.subs.Done()
-		s.subscribe(cm, gen)
+		s.subscribe(c, gen)
 	}()
+	return true
+}
+
+// down retires c once its reader has returned with err.
+func (s *Source) down(c *client, err error) {
+	s.deaf() // bumps gen: stops the subscribe goroutine of the old connection
+	s.mu.Lock()
+	s.cur = nil
+	s.connected.Store(false)
+	s.mu.Unlock()
+	_ = c.bc.Close()
+	if !s.closing.Load() {
+		s.log.Warn("mqtt connection lost, reconnecting", "err", err)
+	}
+}
+
+// deliver hands a PUBLISH read from c to the handler. A QoS 1 message
+// first takes its slot in c's inflight; it returns an error only when the
+// connection is to be dropped.
+func (s *Source) deliver(ctx context.Context, c *client, p publish, topic string) error {
+	m := &Message{Topic: topic, Payload: p.payload, Duplicate: p.dup, src: s, c: c, qos: p.qos}
+	if p.qos > 0 {
+		seq, ok := c.in.add(ctx, p.id)
+		if !ok {
+			// Closing, or the connection is gone; unacked, the broker
+			// redelivers it.
+			return errors.Join(ctx.Err(), errConnectionDown)
+		}
+		m.seq = seq
+	}
+	if s.closing.Load() {
+		// Unacked, so the broker redelivers it on the next start; handing it
+		// to a consumer that is shutting down would only make a duplicate.
+		return nil
+	}
+	m.Arrival = time.Now()
+	s.received.Add(1)
+	if m.Duplicate {
+		s.redelivered.Add(1)
+	}
+	s.handle(m)
+	return nil
 }
 
 // subscribe (re)subscribes on connection gen, retrying with backoff while
 // that connection lasts: a refused subscription (ACL, bad filter) may be fixed
 // on the broker side without restarting edgeproc.
-func (s *Source) subscribe(cm *autopaho.ConnectionManager, gen uint64) {
+func (s *Source) subscribe(c *client, gen uint64) {
 	delay := s.cfg.ReconnectMin
 	for {
-		err := s.subscribeOnce(cm)
+		id := uint16(s.subID.Add(1))
+		if id == 0 { // 0 is not a packet identifier
+			id = uint16(s.subID.Add(1))
+		}
+		err := c.subscribe(s.ctx, id)
 		if s.gen.Load() != gen || s.ctx.Err() != nil {
 			return
 		}
@@ -311,7 +302,7 @@ func (s *Source) subscribe(cm *autopaho.ConnectionManager, gen uint64) {
 			}
 			return
 		}
-		if errors.Is(err, autopaho.ConnectionDownError) || errors.Is(err, paho.ErrConnectionLost) {
+		if errors.Is(err, errConnectionDown) {
 			return // the next connection subscribes again
 		}
 		s.log.Error("mqtt subscribe failed, retrying", "topic", s.cfg.Topic, "retry_in", delay, "err", err)
@@ -319,47 +310,14 @@ func (s *Source) subscribe(cm *autopaho.ConnectionManager, gen uint64) {
 		case <-time.After(delay):
 		case <-s.ctx.Done():
 			return
+		case <-c.done:
+			return
 		}
 		delay = min(2*delay, s.cfg.ReconnectMax)
 		if s.gen.Load() != gen {
 			return
 		}
 	}
-}
-
-func (s *Source) subscribeOnce(cm *autopaho.ConnectionManager) error {
-	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.ConnectTimeout)
-	defer cancel()
-	sa, err := cm.Subscribe(ctx, &paho.Subscribe{
-		Subscriptions: []paho.SubscribeOptions{{
-			Topic: s.cfg.Topic,
-			QoS:   1,
-			// 2 = never send retained messages: a retained position is an
-			// old one, and a new session must not ingest it as if it had
-			// just arrived.
-			RetainHandling: 2,
-		}},
-	})
-	if err != nil {
-		return fmt.Errorf("subscribe %q: %w", s.cfg.Topic, err)
-	}
-	if len(sa.Reasons) != 1 || sa.Reasons[0] < 1 {
-		// Reason 0 is "granted QoS 0": messages would arrive without acks or
-		// redelivery, which breaks the durability contract.
-		return fmt.Errorf("subscribe %q: broker granted %v, want QoS 1", s.cfg.Topic, sa.Reasons)
-	}
-	return nil
-}
-
-// onConnectionDown is called after the connection that onConnectionUp
-// reported has fully shut down; returning true keeps reconnecting.
-func (s *Source) onConnectionDown() bool {
-	s.deaf() // bumps gen: stops the subscribe goroutine of the old connection
-	s.win.reset()
-	s.unsent.Store(0)
-	s.connected.Store(false)
-	s.log.Warn("mqtt connection lost, reconnecting")
-	return true
 }
 
 // listen marks connection gen as heard on, unless it is already gone, and
@@ -401,13 +359,6 @@ func (s *Source) Listening() (bool, time.Time) {
 	return s.listenGen != 0, s.listenSince
 }
 
-func (s *Source) onConnectError(err error) {
-	if s.ctx.Err() != nil {
-		return
-	}
-	s.log.Warn("mqtt connect failed", "err", err)
-}
-
 func (s *Source) isSubscribed() bool {
 	g := s.gen.Load()
 	return g != 0 && s.subGen.Load() == g
@@ -429,7 +380,7 @@ func (s *Source) Connected() bool { return s.connected.Load() }
 // Stats returns a snapshot of the counters.
 func (s *Source) Stats() Stats {
 	c := s.connects.Load()
-	return Stats{
+	st := Stats{
 		Received:     s.received.Load(),
 		Redelivered:  s.redelivered.Load(),
 		Acked:        s.acked.Load(),
@@ -437,81 +388,44 @@ func (s *Source) Stats() Stats {
 		Connects:     c,
 		Reconnects:   max(c, 1) - 1,
 		SessionsLost: s.sessionsLost.Load(),
-		Outstanding:  s.win.count(),
 		Connected:    s.connected.Load(),
 		Subscribed:   s.isSubscribed(),
 	}
+	s.mu.Lock()
+	if s.cur != nil {
+		st.Outstanding = s.cur.in.count()
+	}
+	s.mu.Unlock()
+	return st
 }
 
-// Close stops delivering messages, gives acks already made one more flush,
-// disconnects cleanly (the session stays on the broker) and waits for the
-// Source's goroutines, including a handler call in progress. It returns
-// ctx.Err() if that takes longer than ctx allows. Messages buffered but not
-// yet handed to the handler are dropped unacked: the broker redelivers them.
-// Close may be called more than once; later calls return the first result.
+// Close stops delivering messages, disconnects cleanly after the acks made
+// so far (the session stays on the broker) and waits for the Source's
+// goroutines, including a handler call in progress. It returns ctx.Err() if
+// that takes longer than ctx allows. Messages read but not yet handed to the
+// handler are dropped unacked: the broker redelivers them. Close may be
+// called more than once; later calls return the first result.
 func (s *Source) Close(ctx context.Context) error {
 	s.closeOnce.Do(func() {
+		s.mu.Lock()
 		s.closing.Store(true)
-		// paho sends PUBACKs on a timer; the acks made so far must go out
-		// before the DISCONNECT, or they come back as duplicates on the
-		// next start.
-		if s.connected.Load() {
-			s.waitAcksSent(ctx)
-		}
+		c := s.cur
+		s.mu.Unlock()
 		s.cancel()
-		err := s.cm.Disconnect(ctx)
-		s.deaf()
-		s.connected.Store(false)
-		s.win.reset()
-		if err != nil {
-			s.closeErr = fmt.Errorf("mqtt: disconnect: %w", err)
+		if c != nil {
+			// An Ack writes its PUBACK into the connection's buffer at once,
+			// so every ack made so far goes out before the DISCONNECT.
+			c.close()
+		}
+		select {
+		case <-s.done:
+		case <-ctx.Done():
+			s.closeErr = fmt.Errorf("mqtt: disconnect: %w", ctx.Err())
 			return
 		}
+		s.deaf()
+		s.connected.Store(false)
 		s.subs.Wait()
 	})
 	return s.closeErr
-}
-
-// waitAcksSent waits until paho has written a PUBACK for every ack handed
-// to it on the current connection, at most closeAckTimeout (a connection
-// that drops meanwhile never sends them).
-func (s *Source) waitAcksSent(ctx context.Context) {
-	deadline := time.Now().Add(closeAckTimeout)
-	for s.unsent.Load() > 0 {
-		if time.Now().After(deadline) || ctx.Err() != nil || !s.connected.Load() {
-			return
-		}
-		time.Sleep(max(s.cfg.AckInterval/2, time.Millisecond))
-	}
-}
-
-// closeAckTimeout bounds how long Close waits for paho's ack timer.
-const closeAckTimeout = 2 * time.Second
-
-// ackCounter is paho's in-memory session state, counting down
-// Source.unsent as it writes PUBACKs.
-type ackCounter struct {
-	session.SessionManager
-	unsent *atomic.Int64
-}
-
-func (a *ackCounter) Ack(pb *packets.Publish) error {
-	if pb.QoS == 1 {
-		a.unsent.Add(-1)
-	}
-	return a.SessionManager.Ack(pb)
-}
-
-// pahoLogger routes paho's error logs into slog at warning level.
-type pahoLogger struct {
-	log    *slog.Logger
-	source string
-}
-
-func (l pahoLogger) Println(v ...any) {
-	l.log.Warn(fmt.Sprint(v...), "component", l.source)
-}
-
-func (l pahoLogger) Printf(format string, v ...any) {
-	l.log.Warn(fmt.Sprintf(format, v...), "component", l.source)
 }

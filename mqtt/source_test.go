@@ -47,7 +47,7 @@ func TestSource_ReceivesInOrder(t *testing.T) {
 			t.Errorf("message %d: got Duplicate true on first delivery", i)
 		}
 		m.Ack()
-		m.Ack() // a second ack must not be counted or reach paho
+		m.Ack() // a second ack must not be counted or sent
 	}
 	st := src.Stats()
 	if st.Received != n || st.Acked != n || st.StaleAcks != 0 || st.Redelivered != 0 {
@@ -278,7 +278,7 @@ func TestSource_BlockingHandlerLosesNothing(t *testing.T) {
 	rec := newRecorder()
 	src := mustStart(t, cfg, func(m *Message) {
 		rec.handle(m)
-		<-release // blocks the paho router goroutine, as a full WAL queue would
+		<-release // blocks the reading goroutine, as a full WAL queue would
 		m.Ack()
 	})
 	waitSubscribed(t, src)

@@ -67,3 +67,5 @@ fuzz ./wal FuzzDecodeFrame
 fuzz ./wal FuzzFrameRoundTrip
 fuzz ./wal FuzzCountDropped
 fuzz ./board FuzzEncodeDecode
+fuzz ./mqtt FuzzDecodePublish
+fuzz ./bridge FuzzCourierKey
