@@ -70,7 +70,9 @@ func readTrack(r *wire.Reader) geo.Track {
 	return t
 }
 
-// ReadState restores d from what AppendState wrote.
+// ReadState restores d from what AppendState wrote. The segments and marks
+// are left for the first Insert to rebuild: they take the filter, which
+// this does not have.
 func (d *Distance) ReadState(s Spec, r *wire.Reader) error {
 	*d = Distance{fired: r.Int(), base: readTrack(r)}
 	n := r.Count(25)

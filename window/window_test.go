@@ -338,7 +338,7 @@ func TestDistance_DensePanesBitExact(t *testing.T) {
 				if len(d.marks) > 0 && d.marks[0].ts < d.fixes[0].TS {
 					t.Fatalf("seed %d: a mark at %d before the first retained fix %d", seed, d.marks[0].ts, d.fixes[0].TS)
 				}
-				checkMarks(t, &d, s, f)
+				checkCaches(t, &d, s, f)
 			}
 			if i%700 == 0 {
 				var back Distance
@@ -359,10 +359,27 @@ func TestDistance_DensePanesBitExact(t *testing.T) {
 	}
 }
 
-// checkMarks requires every mark to be what a replay from its pane's start
-// gives at its fix, bit for bit, and the marks to be in timestamp order.
-func checkMarks(t *testing.T, d *Distance, s Spec, f geo.Filter) {
+// checkCaches requires every segment and every mark to be what a replay
+// from its pane's start gives at its fix, bit for bit, and the marks to be
+// in timestamp order. The segments are nil only until the first Insert
+// after a restore.
+func checkCaches(t *testing.T, d *Distance, s Spec, f geo.Filter) {
 	t.Helper()
+	if d.segs != nil || len(d.marks) > 0 {
+		if len(d.segs) != len(d.fixes) {
+			t.Fatalf("%d segments for %d fixes", len(d.segs), len(d.fixes))
+		}
+		i := 0
+		for p := range d.panes {
+			st := d.stateBefore(p)
+			for range d.panes[p].n {
+				if seg := f.Step(&st, d.fixes[i]); math.Float64bits(seg) != math.Float64bits(d.segs[i]) {
+					t.Fatalf("segment of the fix at %d: got %v, want %v", d.fixes[i].TS, d.segs[i], seg)
+				}
+				i++
+			}
+		}
+	}
 	for i, m := range d.marks {
 		if i > 0 && m.ts <= d.marks[i-1].ts {
 			t.Fatalf("marks out of order: %d after %d", m.ts, d.marks[i-1].ts)
