@@ -11,6 +11,7 @@
 package window
 
 import (
+	"math"
 	"slices"
 	"sort"
 
@@ -94,13 +95,19 @@ type pane struct {
 }
 
 // A mark is the filter's state and its pane's running sum after one of the
-// pane's fixes, kept every markEvery fixes of a pane, so that an
-// out-of-order fix replays the filter from the mark before it rather than
+// pane's fixes, kept every markEvery to 2*markEvery fixes of a pane, so that
+// an out-of-order fix replays the filter from the mark before it rather than
 // from its pane's start: a courier sending many fixes a second has
 // thousands in a pane, and replaying them all for each late arrival made
 // its cost quadratic. The sum continues the same additions in the same
 // order, so the result is bit for bit what a replay from the pane's start
-// gives. Marks are a cache: checkpoints do not keep them (see rebuild).
+// gives. The marks after the fix are where the replay can stop (see
+// replay). Marks are a cache: checkpoints do not keep them (see rebuild).
+//
+// A mark stays at its fix (an insert before it adds one to its k) rather
+// than moving to every markEvery-th fix: its old state is what a replay
+// compares its new one with at that fix, and once they are the same, the
+// marks after it keep their states too.
 type mark struct {
 	ts  int64 // the fix's timestamp
 	k   int32 // the pane's fixes up to and including it
@@ -109,8 +116,9 @@ type mark struct {
 }
 
 // markEvery bounds how many fixes a replay steps through before it reaches
-// the fix it replays for; a pane with fewer fixes (a courier sending every
-// second or slower, with the default one-minute slide) has no marks.
+// the fix it replays for, and after it before it can stop at a mark; a pane
+// with fewer fixes (a courier sending every second or slower, with the
+// default one-minute slide) has no marks.
 const markEvery = 32
 
 // Distance is one courier's distance state. Its zero value is not ready:
@@ -172,7 +180,7 @@ func (d *Distance) Idle() bool { return len(d.panes) == 0 }
 // must fit in an int64 (the contract's timestamps end in year 9999), so
 // that every window holding it has a real end.
 func (d *Distance) Insert(s Spec, f geo.Filter, x geo.Fix) {
-	if len(d.segs) != len(d.fixes) {
+	if len(d.segs) != len(d.fixes) { // restored from a checkpoint
 		d.rebuild(f)
 	}
 	i := d.search(x.TS)
@@ -192,11 +200,12 @@ func (d *Distance) Insert(s Spec, f geo.Filter, x geo.Fix) {
 		copy(segs, d.segs)
 		d.segs = segs
 	}
-	d.fixes = d.fixes[:n+1]
-	copy(d.fixes[i+1:], d.fixes[i:n])
+	d.fixes, d.segs = d.fixes[:n+1], d.segs[:n+1]
+	if i < n { // an empty copy still calls memmove
+		copy(d.fixes[i+1:], d.fixes[i:n])
+		copy(d.segs[i+1:], d.segs[i:n]) // segs[i] is x's: the replay sets it
+	}
 	d.fixes[i] = x
-	d.segs = d.segs[:n+1]
-	copy(d.segs[i+1:], d.segs[i:n]) // segs[i] is x's: the step below sets it
 	p := d.paneOf(s.paneIdx(x.TS))
 	d.panes[p].n++
 	if i == n { // in order: one step from the state after the fix before x
@@ -254,63 +263,91 @@ func (d *Distance) stateBefore(p int) geo.Track {
 // replay recomputes the segments of every fix after ts's predecessor, in
 // timestamp order, as an in-order arrival would have: the sums come out bit
 // for bit the same whatever order the fixes arrived in. It starts from the
-// last mark before ts in ts's pane p (or the pane's start), and stops at the
-// end of a pane whose final filter state came out as before: the panes
-// after it start from the same state with the same fixes.
+// last mark before ts in ts's pane p (or the pane's start), and stops where
+// the filter's state comes out as before: at a mark whose state it is, or
+// at the end of a pane whose final state it is. From a mark on, the fixes
+// and the state they start from are as before, so are their segments:
+// the rest of the pane only re-adds them (the running sums change, and
+// float addition is not associative), and the panes after it start from
+// the same state with the same fixes.
 func (d *Distance) replay(s Spec, f geo.Filter, p int, ts int64) {
 	pidx := d.panes[p].idx
-	// marks[w:] from here are stale up to the pane the replay is in; fresh
-	// marks overwrite them in place, so a replay allocates nothing.
+	// marks[w:] are stale up to where the replay stops. The ones in pane p
+	// count one fix fewer than there are, the fix at ts: shift.
 	w := sort.Search(len(d.marks), func(i int) bool { return d.marks[i].ts >= ts })
-	st, sum, k, from := d.stateBefore(p), 0.0, int32(0), d.search(pidx*s.pane)
+	st, sum, k, i := d.stateBefore(p), 0.0, int32(0), d.search(pidx*s.pane)
 	if w > 0 && s.paneIdx(d.marks[w-1].ts) == pidx {
 		m := &d.marks[w-1]
-		st, sum, k, from = m.st, m.sum, m.k, d.search(m.ts+1)
+		st, sum, k, i = m.st, m.sum, m.k, d.search(m.ts+1)
 	}
-	lastK := k
+	lastK, shift := k, int32(1)
+	next := d.nextMark(s, w, pidx, shift) // k at the fix of marks[w]
 	sp := f.Stepper()
 	q := p
-	for i := from; i < len(d.fixes); i++ {
+	for ; i < len(d.fixes); i++ {
 		x := d.fixes[i]
 		for s.paneIdx(x.TS) != d.panes[q].idx {
 			same := d.panes[q].end.Same(&st)
 			d.panes[q].sum, d.panes[q].end = sum, st
 			if same {
-				d.dropStale(s, w, d.panes[q].idx)
 				return
 			}
 			q++
-			sum, k, lastK = 0, 0, 0
+			sum, k, lastK, shift = 0, 0, 0, 0
+			next = d.nextMark(s, w, d.panes[q].idx, shift)
 		}
 		d.segs[i] = sp.Step(&st, x)
 		sum += d.segs[i]
 		k++
-		if k-lastK >= markEvery {
-			m := mark{ts: x.TS, k: k, sum: sum, st: st}
-			if w < len(d.marks) && s.paneIdx(d.marks[w].ts) <= d.panes[q].idx {
-				d.marks[w] = m // a stale mark of a pane replayed so far
-			} else {
-				d.marks = slices.Insert(d.marks, w, m)
+		switch {
+		case k == next:
+			if d.marks[w].st.Same(&st) {
+				d.resum(s, q, i, w, k, shift, sum)
+				return
 			}
+			d.marks[w] = mark{ts: x.TS, k: k, sum: sum, st: st}
+			w++
+			lastK = k
+			next = d.nextMark(s, w, d.panes[q].idx, shift)
+		case k-lastK >= markEvery && next-lastK > 2*markEvery:
+			// Inserts have widened the gap to the next mark, or after the
+			// pane's last one, past 2*markEvery: split it where both parts
+			// keep at least markEvery.
+			d.marks = slices.Insert(d.marks, w, mark{ts: x.TS, k: k, sum: sum, st: st})
 			w++
 			lastK = k
 		}
 	}
 	d.panes[q].sum, d.panes[q].end = sum, st
-	d.marks = d.marks[:w]
 }
 
-// dropStale deletes the stale marks left from w on in panes up to idx: the
-// marks of later panes still hold. Marks sit at every markEvery-th fix of
-// a pane, and a replay follows an insert, so its fresh marks are never
-// fewer than the stale ones and this normally deletes nothing; it keeps
-// replay correct without relying on that.
-func (d *Distance) dropStale(s Spec, w int, idx int64) {
-	end := w
-	for end < len(d.marks) && s.paneIdx(d.marks[end].ts) <= idx {
-		end++
+// nextMark returns the k marks[w] is at, shift included, if it is in pane
+// idx, else more than any pane's k.
+func (d *Distance) nextMark(s Spec, w int, idx int64, shift int32) int32 {
+	if w < len(d.marks) && s.paneIdx(d.marks[w].ts) == idx {
+		return d.marks[w].k + shift
 	}
-	d.marks = slices.Delete(d.marks, w, end)
+	return math.MaxInt32
+}
+
+// resum finishes pane q for replay, whose filter state after fixes[i], the
+// pane's k-th fix, came out as the stale mark w holds it: the segments from
+// there on are as stored, the running sums are not.
+func (d *Distance) resum(s Spec, q, i, w int, k, shift int32, sum float64) {
+	first := i + 1 - int(k) // the pane's first fix
+	for ; w < len(d.marks) && s.paneIdx(d.marks[w].ts) == d.panes[q].idx; w++ {
+		m := &d.marks[w]
+		m.k += shift
+		for _, g := range d.segs[i+1 : first+int(m.k)] {
+			sum += g
+		}
+		i = first + int(m.k) - 1
+		m.sum = sum
+	}
+	for _, g := range d.segs[i+1 : first+int(d.panes[q].n)] {
+		sum += g
+	}
+	d.panes[q].sum = sum
 }
 
 // paneOf returns the index in d.panes of pane idx, adding it if needed.

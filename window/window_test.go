@@ -266,16 +266,22 @@ func TestDistance_MatchesNaive(t *testing.T) {
 
 // TestDistance_DensePanesBitExact feeds couriers sending several fixes a
 // second, far out of order, so that panes hold hundreds of fixes and
-// replays start from marks and stop where the filter's state converges; a
-// checkpoint round trip now and then drops the marks. Every fired window
-// must equal, bit for bit, the reference: the filter stepped over all the
-// accepted fixes in timestamp order, each pane's segments added in order,
-// the window's panes added in order.
+// replays start from marks and stop where the filter's state converges, at
+// a mark or at a pane's end; a checkpoint round trip now and then drops
+// the segments and marks. Every fired window must equal, bit for bit, the
+// reference: the filter stepped over all the accepted fixes in timestamp
+// order, each pane's segments added in order, the window's panes added in
+// order. With the filter off the state converges one fix after the late
+// one and every segment is a distance, so a replay that re-adds a wrong
+// segment after converging shows in the windows, not only in the marks.
 func TestDistance_DensePanesBitExact(t *testing.T) {
 	for seed := uint64(0); seed < 40; seed++ {
 		r := rand.New(rand.NewPCG(seed, 7))
 		s := NewSpec(30_000, 10_000)
 		f := geo.Filter{MinMoveM: 15, MaxSpeedKmh: 150}
+		if seed%3 == 2 {
+			f = geo.Filter{}
+		}
 		spread := 0.0002 // ~20 m: parked, settled, spikes
 		if seed%2 == 1 {
 			spread = 0.002 // ~200 m: moves and jumps
@@ -359,6 +365,29 @@ func TestDistance_DensePanesBitExact(t *testing.T) {
 	}
 }
 
+// TestDistance_ReplayStopsWhereStateConverges parks a courier sending 50
+// fixes a second: once it has settled, a late fix at its spot leaves the
+// filter's state as it was, and the replay must stop at the first mark
+// after it and re-add the stored segments from there, not step the filter
+// to the pane's end. A poisoned segment after that mark tells which.
+func TestDistance_ReplayStopsWhereStateConverges(t *testing.T) {
+	s := NewSpec(minute, minute)
+	f := geo.Filter{MinMoveM: 15, MaxSpeedKmh: 150}
+	var d Distance
+	d.Start(0)
+	for i := range 1000 {
+		d.Insert(s, f, fixAt(int64(i)*20, 0))
+	}
+	last := len(d.segs) - 1
+	d.segs[last] = 1 // stepped, it is 0
+	d.Insert(s, f, fixAt(10_010, 0))
+	if d.panes[0].sum != 1 {
+		t.Fatalf("pane sum %v, want 1: the replay stepped past the mark where the state converged", d.panes[0].sum)
+	}
+	d.segs[last+1] = 0 // the late fix moved the poisoned one on
+	checkCaches(t, &d, s, f)
+}
+
 // checkCaches requires every segment and every mark to be what a replay
 // from its pane's start gives at its fix, bit for bit, and the marks to be
 // in timestamp order. The segments are nil only until the first Insert
@@ -378,6 +407,21 @@ func checkCaches(t *testing.T, d *Distance, s Spec, f geo.Filter) {
 				}
 				i++
 			}
+		}
+	}
+	for p, i := 0, 0; d.segs != nil && p < len(d.panes); p++ {
+		// Gaps of markEvery to 2*markEvery fixes, and fewer after the last
+		// mark: a replay steps through at most one gap before it reaches its
+		// fix and one after it before it can stop.
+		k := int32(0)
+		for ; i < len(d.marks) && s.paneIdx(d.marks[i].ts) == d.panes[p].idx; i++ {
+			if gap := d.marks[i].k - k; gap < markEvery || gap > 2*markEvery {
+				t.Fatalf("mark at %d: %d fixes after the one before", d.marks[i].ts, gap)
+			}
+			k = d.marks[i].k
+		}
+		if d.panes[p].n-k >= markEvery {
+			t.Fatalf("pane %d: %d fixes after its last mark", d.panes[p].idx, d.panes[p].n-k)
 		}
 	}
 	for i, m := range d.marks {
