@@ -215,8 +215,9 @@ func (d *Distance) Insert(s Spec, f geo.Filter, x geo.Fix) {
 		if pn.n == 1 {
 			pn.end = d.stateBefore(p)
 		}
-		d.segs[n] = f.Step(&pn.end, x)
-		pn.sum += d.segs[n]
+		seg := f.Step(&pn.end, x)
+		d.segs[n] = seg
+		pn.sum += seg
 		if pn.n-d.lastMark(s, pn.idx) >= markEvery {
 			d.marks = append(d.marks, mark{ts: x.TS, k: pn.n, sum: pn.sum, st: pn.end})
 		}
@@ -236,8 +237,9 @@ func (d *Distance) rebuild(f geo.Filter) {
 	for p := range d.panes {
 		st, sum := d.stateBefore(p), 0.0
 		for k := int32(1); k <= d.panes[p].n; k++ {
-			d.segs[i] = sp.Step(&st, d.fixes[i])
-			sum += d.segs[i]
+			seg := sp.Step(&st, d.fixes[i])
+			d.segs[i] = seg
+			sum += seg
 			if k%markEvery == 0 {
 				d.marks = append(d.marks, mark{ts: d.fixes[i].TS, k: k, sum: sum, st: st})
 			}
@@ -298,8 +300,9 @@ func (d *Distance) replay(s Spec, f geo.Filter, p int, ts int64) {
 			sum, k, lastK, shift = 0, 0, 0, 0
 			next = d.nextMark(s, w, d.panes[q].idx, shift)
 		}
-		d.segs[i] = sp.Step(&st, x)
-		sum += d.segs[i]
+		seg := sp.Step(&st, x)
+		d.segs[i] = seg
+		sum += seg
 		k++
 		switch {
 		case k == next:
