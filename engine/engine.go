@@ -58,9 +58,9 @@ type Config struct {
 	ChunkSize int
 	// OnPosition, when set, is called from the sequencer with every valid
 	// position that is not refused as courier_limit (duplicates and late
-	// ones included: their status is decided later, by the shards). courier is only valid during the call. The
-	// live service uses it for the courier key-value bucket; it must be
-	// cheap and must not block.
+	// ones included: their status is decided later, by the shards).
+	// courier is only valid during the call. The live service uses it for
+	// the courier key-value bucket; it must be cheap and must not block.
 	OnPosition func(courier []byte, ts int64, lat, lon float64)
 	// OnForget, when set, is called from the sequencer with every courier
 	// that stops being tracked: forgotten after RestoreTTL, or evicted to
@@ -237,21 +237,24 @@ func (e *Engine) Push(in *Input) {
 }
 
 // observe applies a position's timestamp to the watermark (which counts it
-// at its effective timestamp, min(ts, arrival)), unless it is a duplicate. t is its tracked courier, nil for a refused position.
+// at its effective timestamp, min(ts, arrival)), unless it is a duplicate.
+// t is its tracked courier, nil for a refused position.
 //
 // Duplicates are decided by the shards, but only a duplicate above max_ts
 // could move the watermark, and such a copy's original is one of t.ahead.
 func (e *Engine) observe(c *chunk, seq int64, t *tracked, ts int64) {
 	maxTS := e.wm.MaxTS()
-	dup := t != nil && t.ahead != nil && t.isAhead(ts, maxTS)
-	if ts <= maxTS || dup {
+	if ts <= maxTS {
+		return // t.ahead keeps its stale entries until one is not
+	}
+	if t != nil && t.ahead != nil && t.isAhead(ts, maxTS) {
 		return
 	}
 	if e.wm.Observe(ts) {
 		e.stepped(c, seq)
 	}
 	if t != nil && ts > e.wm.MaxTS() {
-		t.ahead = append(t.ahead, ts)
+		t.addAhead(ts)
 	}
 }
 

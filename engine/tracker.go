@@ -1,6 +1,10 @@
 package engine
 
-import "github.com/km0/edgeproc/internal/tmath"
+import (
+	"slices"
+
+	"github.com/km0/edgeproc/internal/tmath"
+)
 
 // tracker is the sequencer's list of tracked couriers (contract §3,
 // Tracking and forgetting, Courier limit). It decides, in input order and
@@ -35,8 +39,9 @@ type slotPool struct {
 type tracked struct {
 	name   string
 	latest int64 // largest timestamp_ms of its valid positions
-	// ahead holds its timestamps above the market's max_ts: positions of a
-	// fast clock, which count for the watermark only up to their arrival.
+	// ahead holds its timestamps above the market's max_ts, in order:
+	// positions of a fast clock, which count for the watermark only up to
+	// their arrival.
 	// A copy of one of them is a duplicate (it is in an unfired window),
 	// and a duplicate must not move the watermark (see Engine.observe).
 	ahead []int64
@@ -148,21 +153,26 @@ func (tr *tracker) down(i int) {
 }
 
 // isAhead reports whether ts is one of t's timestamps above maxTS, first
-// dropping those that no longer are.
+// dropping those that no longer are. t.ahead is kept sorted, so a courier
+// whose clock runs fast (every position ahead, hundreds of them at a high
+// rate) costs a binary search per position, not a scan.
 func (t *tracked) isAhead(ts, maxTS int64) bool {
 	k := 0
-	found := false
-	for _, a := range t.ahead {
-		if a > maxTS {
-			t.ahead[k] = a
-			k++
-			found = found || a == ts
-		}
+	for k < len(t.ahead) && t.ahead[k] <= maxTS {
+		k++
 	}
-	if k == 0 && cap(t.ahead) > 8 {
+	switch {
+	case k == len(t.ahead) && cap(t.ahead) > 8:
 		t.ahead = nil // let a burst's slice go; a slightly fast phone keeps its small one
-	} else {
-		t.ahead = t.ahead[:k]
+	case k > 0:
+		t.ahead = t.ahead[:copy(t.ahead, t.ahead[k:])]
 	}
+	_, found := slices.BinarySearch(t.ahead, ts)
 	return found
+}
+
+// addAhead records ts, above max_ts and not yet in t.ahead.
+func (t *tracked) addAhead(ts int64) {
+	i, _ := slices.BinarySearch(t.ahead, ts)
+	t.ahead = slices.Insert(t.ahead, i, ts)
 }
