@@ -286,8 +286,8 @@ type State struct {
 	// WALBatchInterval bounds how long a group commit waits to gather
 	// entries before its fsync (yaml wal_batch_interval): the most ack
 	// latency it adds. It waits only under load (as long as the recent
-	// rate needs to gather 64 entries), not at all below 4 entries per
-	// interval (400/s at the default). Default 10ms; > 0.
+	// rate needs to gather 256 entries), not at all below 16 entries per
+	// interval (400/s at the default). Default 40ms; > 0.
 	WALBatchInterval time.Duration
 	// WALBatchMax starts a group commit's fsync as soon as this many entries
 	// wait (yaml wal_batch_max). Default 1024; > 0.
@@ -376,7 +376,7 @@ func Default() Config {
 		},
 		Distance: Distance{MinMoveM: 15, MaxSpeedKmh: 150, StoppedBelowM: 50},
 		Geo:      Geo{H3Resolution: 9},
-		State:    State{CheckpointInterval: 10 * time.Second, WALSync: "batch", WALBatchInterval: 10 * time.Millisecond, WALBatchMax: 1024},
+		State:    State{CheckpointInterval: 10 * time.Second, WALSync: "batch", WALBatchInterval: 40 * time.Millisecond, WALBatchMax: 1024},
 		HTTP:     HTTP{Listen: "127.0.0.1:9464", Board: true},
 		Limits:   Limits{MaxCouriers: 200_000},
 		Log:      Log{Level: "info"},

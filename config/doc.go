@@ -55,7 +55,7 @@
 //	  dir: ./state/girona           # default ./state/MARKET; WAL and checkpoints
 //	  checkpoint_interval: 10s      # > 0
 //	  wal_sync: batch               # batch (group commit), always (fsync each) or none (no fsync)
-//	  wal_batch_interval: 10ms      # under load a group commit waits at most this long...
+//	  wal_batch_interval: 40ms      # under load a group commit waits at most this long...
 //	  wal_batch_max: 1024           # ...or as soon as this many entries wait
 //	http:
 //	  listen: 127.0.0.1:9464        # host:port with a numeric port

@@ -45,7 +45,7 @@ func (m SyncMode) String() string {
 
 // Defaults for the zero fields of Options.
 const (
-	DefaultInterval    = 10 * time.Millisecond
+	DefaultInterval    = 40 * time.Millisecond
 	DefaultMaxBatch    = 1024
 	DefaultSegmentSize = 4 << 20
 )
@@ -57,9 +57,9 @@ type Options struct {
 	Sync SyncMode
 	// Interval is the longest an entry waits for company before its batch
 	// is written and fsynced, with SyncBatch. The writer waits only as long
-	// as the recent arrival rate needs to gather 64 entries, and not at all
-	// when Interval would gather fewer than 4 (below 400 entries/s at the
-	// default). Default 10ms.
+	// as the recent arrival rate needs to gather 256 entries, and not at all
+	// when Interval would gather fewer than 16 (below 400 entries/s at the
+	// default). Default 40ms.
 	Interval time.Duration
 	// MaxBatch is the number of waiting entries that triggers a write and
 	// fsync at once, with SyncBatch. Append blocks while 4*MaxBatch entries

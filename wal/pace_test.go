@@ -22,7 +22,7 @@ func feed(a *arrivals, start time.Time, rate float64, step time.Duration) time.T
 }
 
 func TestArrivals_Linger(t *testing.T) {
-	const interval = 10 * time.Millisecond
+	const interval = 40 * time.Millisecond
 	tests := []struct {
 		name string
 		rate float64 // entries per second, steady
@@ -30,12 +30,12 @@ func TestArrivals_Linger(t *testing.T) {
 		want time.Duration // ±10 %
 	}{
 		{"nothing yet", 0, time.Millisecond, 0},
-		{"trickle: 1 entry per interval", 100, 10 * time.Millisecond, 0},
-		{"250/s: 2.5 per interval, below 4", 250, 4 * time.Millisecond, 0},
-		{"1 000/s: 64 entries take longer than the interval", 1000, time.Millisecond, interval},
+		{"trickle: 4 entries per interval", 100, 10 * time.Millisecond, 0},
+		{"250/s: 10 per interval, below 16", 250, 4 * time.Millisecond, 0},
+		{"1 000/s: 256 entries take longer than the interval", 1000, time.Millisecond, interval},
 		{"5 000/s: capped at the interval", 5000, 2 * time.Millisecond, interval},
-		{"12 800/s: 64 entries in 5 ms", 12800, time.Millisecond, 5 * time.Millisecond},
-		{"64 000/s: 64 entries in 1 ms", 64000, time.Millisecond, time.Millisecond},
+		{"12 800/s: 256 entries in 20 ms", 12800, time.Millisecond, 20 * time.Millisecond},
+		{"64 000/s: 256 entries in 4 ms", 64000, time.Millisecond, 4 * time.Millisecond},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
