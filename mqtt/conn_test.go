@@ -54,6 +54,21 @@ func newFake() *fakeConn {
 	return &fakeConn{entered: make(chan struct{}, 1000), gate: make(chan struct{})}
 }
 
+// closeAndCheck closes b and checks that the socket got want, in writes
+// socket writes (why says which).
+func closeAndCheck(t *testing.T, b *bufConn, f *fakeConn, want []byte, writes int, why string) {
+	t.Helper()
+	if err := b.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if len(f.writes) != writes {
+		t.Errorf("got %d socket writes, want %d (%s)", len(f.writes), writes, why)
+	}
+	if got := bytes.Join(f.writes, nil); !bytes.Equal(got, want) {
+		t.Errorf("socket got %q, want %q", got, want)
+	}
+}
+
 func TestBufConn_CoalescesWritesWhileTheSocketIsBusy(t *testing.T) {
 	f := newFake()
 	b := newBufConn(f, 0)
@@ -71,15 +86,7 @@ func TestBufConn_CoalescesWritesWhileTheSocketIsBusy(t *testing.T) {
 		packet(i)
 	}
 	close(f.gate)
-	if err := b.Close(); err != nil {
-		t.Fatalf("close: %v", err)
-	}
-	if len(f.writes) != 2 {
-		t.Errorf("got %d socket writes, want 2 (the first packet, then the 100 queued behind it at once)", len(f.writes))
-	}
-	if got := bytes.Join(f.writes, nil); !bytes.Equal(got, want.Bytes()) {
-		t.Errorf("socket got %q, want %q", got, want.Bytes())
-	}
+	closeAndCheck(t, b, f, want.Bytes(), 2, "the first packet, then the 100 queued behind it at once")
 	if !f.closed {
 		t.Error("socket not closed by Close")
 	}
@@ -107,15 +114,7 @@ func TestBufConn_LingerGathersABurst(t *testing.T) {
 		// not come before the linger.
 		t.Errorf("first socket write %s after the burst, want after the 50ms linger", d)
 	}
-	if err := b.Close(); err != nil {
-		t.Fatalf("close: %v", err)
-	}
-	if len(f.writes) != 1 {
-		t.Errorf("got %d socket writes, want 1 (the whole burst)", len(f.writes))
-	}
-	if got := bytes.Join(f.writes, nil); !bytes.Equal(got, want.Bytes()) {
-		t.Errorf("socket got %q, want %q", got, want.Bytes())
-	}
+	closeAndCheck(t, b, f, want.Bytes(), 1, "the whole burst")
 }
 
 func TestBufConn_CloseDoesNotWaitForTheLinger(t *testing.T) {
