@@ -187,4 +187,3 @@ func TestClient_BrokerDisconnectAndMalformedPublish(t *testing.T) {
 		t.Errorf("got %d reconnects and %d acks, want 2 and 1", st.Reconnects, st.Acked)
 	}
 }
-
