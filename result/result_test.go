@@ -70,3 +70,15 @@ func TestTruncateRaw(t *testing.T) {
 		t.Fatalf("got %d bytes (valid UTF-8 %v), want %d", len(got), utf8.Valid(got), RawLimit-1)
 	}
 }
+
+// TestRecord_KeyAllocatesOnce guards the per-result cost: Key is called for
+// every published result, as its Nats-Msg-Id.
+func TestRecord_KeyAllocatesOnce(t *testing.T) {
+	r := Record{Type: Distance, Market: "girona", Courier: "girona-c0001", Start: 1796140646288}
+	if got, want := r.Key(), string(r.AppendKey(nil)); got != want {
+		t.Fatalf("Key %q, AppendKey %q", got, want)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = r.Key() }); n > 1 {
+		t.Errorf("Key makes %v allocations, want 1", n)
+	}
+}
