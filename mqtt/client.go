@@ -122,14 +122,21 @@ func (c *client) handshake() error {
 	return nil
 }
 
+// header reads a packet's fixed header, refusing a packet larger than
+// CONNECT announced.
+func (c *client) header() (typ, flags byte, n int, err error) {
+	typ, flags, n, err = c.bc.readHeader()
+	if err == nil && n > c.max {
+		err = fmt.Errorf("%w: packet of %d bytes, above the %d announced", errMalformed, n, c.max)
+	}
+	return typ, flags, n, err
+}
+
 // read reads one whole packet other than a PUBLISH; its body is a copy.
 func (c *client) read() (typ, flags byte, body []byte, err error) {
-	typ, flags, n, err := c.bc.readHeader()
+	typ, flags, n, err := c.header()
 	if err != nil {
 		return 0, 0, nil, err
-	}
-	if n > c.max {
-		return 0, 0, nil, fmt.Errorf("%w: packet of %d bytes, above the %d announced", errMalformed, n, c.max)
 	}
 	body = make([]byte, n)
 	if _, err := io.ReadFull(c.bc, body); err != nil {
@@ -143,16 +150,16 @@ func (c *client) read() (typ, flags byte, body []byte, err error) {
 func (c *client) serve(ctx context.Context) error {
 	defer close(c.done)
 	defer c.in.kill()
+	// Nothing reads after this returns, so a Close must not wait to read
+	// the broker's end of the connection.
+	defer c.bc.failed(errConnectionDown)
 	if c.keepAlive > 0 { // 0: the broker turned keep-alive off
 		go c.pinger()
 	}
 	for {
-		typ, flags, n, err := c.bc.readHeader()
+		typ, flags, n, err := c.header()
 		if err != nil {
 			return err
-		}
-		if n > c.max {
-			return fmt.Errorf("%w: packet of %d bytes, above the %d announced", errMalformed, n, c.max)
 		}
 		if typ == typePublish {
 			if err := c.publish(ctx, flags, n); err != nil {

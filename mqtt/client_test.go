@@ -187,3 +187,37 @@ func TestClient_BrokerDisconnectAndMalformedPublish(t *testing.T) {
 		t.Errorf("got %d reconnects and %d acks, want 2 and 1", st.Reconnects, st.Acked)
 	}
 }
+
+// TestClient_ShortConnectionsBackOff: a broker that disconnects every
+// connection at once (a refused session, a client-id fight) gets backed-off
+// attempts, not a reconnect loop as fast as the machine goes.
+func TestClient_ShortConnectionsBackOff(t *testing.T) {
+	fb := startFakeBroker(t)
+	cfg := testConfig(fb.url(), "edgeproc-kicked") // backoff 50 ms doubling to 500 ms
+	mustStart(t, cfg, func(*Message) {})
+	d := packets.NewControlPacket(packets.DISCONNECT)
+	d.Content.(*packets.Disconnect).ReasonCode = packets.DisconnectSessionTakenOver
+	end := time.After(1500 * time.Millisecond)
+	conns := 0
+	for {
+		select {
+		case fs := <-fb.conns:
+			conns++
+			if _, err := d.WriteTo(fs.c); err != nil {
+				t.Fatal(err)
+			}
+			_ = fs.c.Close() // as a broker does after its DISCONNECT
+		case <-end:
+			// 50+100+200+400+500 ms of backoff (±20 %) fit about six
+			// attempts in 1.5 s; an upper bound, which a slow machine
+			// only lowers.
+			if conns > 10 {
+				t.Errorf("%d connections in 1.5 s of immediate disconnects, want backed-off attempts (≤ 10)", conns)
+			}
+			if conns < 2 {
+				t.Errorf("%d connections in 1.5 s, want reconnection to go on", conns)
+			}
+			return
+		}
+	}
+}

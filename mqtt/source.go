@@ -177,7 +177,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, handle func(*Messa
 }
 
 // run connects, serves the connection until it drops, and reconnects with
-// backoff (none before the first attempt after a drop), until ctx ends.
+// backoff until ctx ends. After a connection that lasted, the first attempt
+// is at once; one that ends within minLife (the broker refuses what we
+// send, or another client with our id takes the session over, again and
+// again) counts as a failed attempt, so such a loop backs off instead of
+// hammering the broker.
 func (s *Source) run() {
 	defer close(s.done)
 	wait := backoff(s.cfg.ReconnectMin, s.cfg.ReconnectMax)
@@ -204,11 +208,18 @@ func (s *Source) run() {
 			c.close()
 			return
 		}
+		since := time.Now()
 		err = c.serve(s.ctx)
 		s.down(c, err)
-		attempt = -1
+		if time.Since(since) >= minLife {
+			attempt = -1
+		}
 	}
 }
+
+// minLife is how long a connection must last for the next attempt after it
+// to go at once.
+const minLife = time.Second
 
 // up makes c the live connection and starts its subscription; it reports
 // false if the Source is closing.
