@@ -120,6 +120,9 @@ type Source struct {
 	mu      sync.Mutex // guards cur against Close
 	cur     *client    // the live connection, nil while there is none
 	closing atomic.Bool
+	// handling is held around each handler call, so that Close can wait
+	// for the one in progress (and the ack it makes) before its DISCONNECT.
+	handling chan struct{}
 
 	closeOnce sync.Once
 	closeErr  error
@@ -168,8 +171,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, handle func(*Messa
 	log = log.With("broker", u.String(), "client_id", cfg.ClientID)
 	s := &Source{
 		cfg: cfg, url: u, log: log, handle: handle,
-		dialer: dialer(cfg.ConnectTimeout, cfg.AckInterval, tc),
-		done:   make(chan struct{}),
+		dialer:   dialer(cfg.ConnectTimeout, cfg.AckInterval, tc),
+		done:     make(chan struct{}),
+		handling: make(chan struct{}, 1),
 	}
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	go s.run()
@@ -279,6 +283,8 @@ func (s *Source) deliver(ctx context.Context, c *client, p publish, topic string
 		}
 		m.seq = seq
 	}
+	s.handling <- struct{}{}
+	defer func() { <-s.handling }()
 	if s.closing.Load() {
 		// Unacked, so the broker redelivers it on the next start; handing it
 		// to a consumer that is shutting down would only make a duplicate.
@@ -410,9 +416,9 @@ func (s *Source) Stats() Stats {
 	return st
 }
 
-// Close stops delivering messages, disconnects cleanly after the acks made
-// so far (the session stays on the broker) and waits for the Source's
-// goroutines, including a handler call in progress. It returns ctx.Err() if
+// Close stops delivering messages, lets a handler call in progress finish,
+// disconnects cleanly after the acks made so far (the session stays on the
+// broker) and waits for the Source's goroutines. It returns ctx.Err() if
 // that takes longer than ctx allows. Messages read but not yet handed to the
 // handler are dropped unacked: the broker redelivers them. Close may be
 // called more than once; later calls return the first result.
@@ -422,6 +428,13 @@ func (s *Source) Close(ctx context.Context) error {
 		s.closing.Store(true)
 		c := s.cur
 		s.mu.Unlock()
+		// A handler call in progress finishes first: the ack it makes goes
+		// out before the DISCONNECT. Later messages see closing.
+		select {
+		case s.handling <- struct{}{}:
+			<-s.handling
+		case <-ctx.Done():
+		}
 		s.cancel()
 		if c != nil {
 			// An Ack writes its PUBACK into the connection's buffer at once,
