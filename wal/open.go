@@ -194,22 +194,35 @@ func tidwallOptions(opt Options) *twal.Options {
 // cutting a bad tail.
 func openRepaired(dir string, opt Options, log *slog.Logger) (*twal.Log, RepairReport, error) {
 	// tidwall's Open resolves an interrupted truncation (START/END files)
-	// before loading the tail, so let it run first even though a torn tail
-	// makes it fail with ErrCorrupt.
-	tw, err := twal.Open(dir, tidwallOptions(opt))
-	if err != nil && !errors.Is(err, twal.ErrCorrupt) {
-		return nil, RepairReport{}, fmt.Errorf("wal: open %s: %w", dir, err)
+	// before loading the tail, so it runs first when there is one (or no
+	// segment yet, which it creates), even though a torn tail makes it fail
+	// with ErrCorrupt. Otherwise the tail is checked and cut first: on a
+	// torn tail tidwall v1.2.1's Open returns ErrCorrupt with the last
+	// segment still open for appending, a descriptor nobody can close but
+	// the garbage collector (each reopen after a full disk leaked one).
+	segs, leftovers, lerr := listSegments(dir)
+	if lerr != nil {
+		return nil, RepairReport{}, fmt.Errorf("wal: %w", lerr)
 	}
+	var (
+		tw  *twal.Log
+		err error
+	)
 	closeTW := func() {
 		if tw != nil {
 			tw.Close()
 			tw = nil
 		}
 	}
-	segs, leftovers, lerr := listSegments(dir)
-	if lerr != nil {
-		closeTW()
-		return nil, RepairReport{}, fmt.Errorf("wal: %w", lerr)
+	if len(leftovers) > 0 || len(segs) == 0 {
+		tw, err = twal.Open(dir, tidwallOptions(opt))
+		if err != nil && !errors.Is(err, twal.ErrCorrupt) {
+			return nil, RepairReport{}, fmt.Errorf("wal: open %s: %w", dir, err)
+		}
+		if segs, leftovers, lerr = listSegments(dir); lerr != nil {
+			closeTW()
+			return nil, RepairReport{}, fmt.Errorf("wal: %w", lerr)
+		}
 	}
 	if tw == nil && len(leftovers) > 0 {
 		return nil, RepairReport{}, fmt.Errorf("wal: open %s: interrupted truncation left %s that tidwall/wal cannot resolve: %w",

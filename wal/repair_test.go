@@ -175,7 +175,28 @@ func TestOpen_RepairsTornTail(t *testing.T) {
 		want := append(append([]Entry(nil), es[:wantLast]...), next)
 		assertReplay(t, mustReplay(t, l, 0), 1, want)
 		mustClose(t, l)
+		// tidwall's Open leaves the tail segment open when it finds the
+		// tail torn; the repair must not go through that.
+		if open := openFilesUnder(t, dir); len(open) > 0 {
+			t.Fatalf("cut at %d: files still open after Close: %v", cut, open)
+		}
 	}
+}
+
+// openFilesUnder lists the files under dir this process has open.
+func openFilesUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var open []string
+	for _, fd := range fds {
+		if target, err := os.Readlink("/proc/self/fd/" + fd.Name()); err == nil && strings.HasPrefix(target, dir) {
+			open = append(open, target)
+		}
+	}
+	return open
 }
 
 func TestOpen_RepairsCorruptTail(t *testing.T) {
