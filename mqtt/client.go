@@ -34,7 +34,8 @@ type client struct {
 	sessionPresent bool
 	keepAlive      time.Duration // as agreed in CONNACK
 
-	// suback takes the reason codes of the SUBACK for subID.
+	// suback takes the reason codes of the SUBACK for subID, the packet
+	// identifier of the last SUBSCRIBE.
 	suback chan []byte
 	subID  atomic.Uint32
 	// pinged is set when a PINGREQ is out and its PINGRESP has not come.
@@ -109,11 +110,7 @@ func (c *client) handshake() error {
 		return fmt.Errorf("read CONNACK: %w", err)
 	}
 	if ca.ReasonCode >= 0x80 {
-		msg := ca.Reason()
-		if ca.Properties.ReasonString != "" {
-			msg += ": " + ca.Properties.ReasonString
-		}
-		return fmt.Errorf("broker refused the connection: %s (reason 0x%02x)", msg, ca.ReasonCode)
+		return fmt.Errorf("broker refused the connection: %s", reason(ca.Reason(), ca.ReasonCode, ca.Properties))
 	}
 	if ka := ca.Properties.ServerKeepAlive; ka != nil {
 		c.keepAlive = time.Duration(*ka) * time.Second // the broker's word is final
@@ -135,14 +132,27 @@ func (c *client) header() (typ, flags byte, n int, err error) {
 // read reads one whole packet other than a PUBLISH; its body is a copy.
 func (c *client) read() (typ, flags byte, body []byte, err error) {
 	typ, flags, n, err := c.header()
-	if err != nil {
-		return 0, 0, nil, err
+	if err == nil {
+		body, err = c.body(n)
 	}
-	body = make([]byte, n)
-	if _, err := io.ReadFull(c.bc, body); err != nil {
-		return 0, 0, nil, err
+	return typ, flags, body, err
+}
+
+// body reads the n bytes of a packet's body into a buffer of its own.
+func (c *client) body(n int) ([]byte, error) {
+	b := make([]byte, n)
+	if _, err := io.ReadFull(c.bc, b); err != nil {
+		return nil, err
 	}
-	return typ, flags, body, nil
+	return b, nil
+}
+
+// reason words a broker's reason code, with its reason string if it sent one.
+func reason(text string, code byte, props *packets.Properties) string {
+	if props != nil && props.ReasonString != "" {
+		text += ": " + props.ReasonString
+	}
+	return fmt.Sprintf("%s (reason 0x%02x)", text, code)
 }
 
 // serve reads packets until the connection fails or is closed, and returns
@@ -167,8 +177,8 @@ func (c *client) serve(ctx context.Context) error {
 			}
 			continue
 		}
-		body := make([]byte, n)
-		if _, err := io.ReadFull(c.bc, body); err != nil {
+		body, err := c.body(n)
+		if err != nil {
 			return err
 		}
 		switch typ {
@@ -179,7 +189,7 @@ func (c *client) serve(ctx context.Context) error {
 			if err := sa.Unpack(bytes.NewBuffer(body)); err != nil {
 				return fmt.Errorf("SUBACK: %w", err)
 			}
-			if uint32(sa.PacketID) == c.subID.Load() {
+			if sa.PacketID == uint16(c.subID.Load()) {
 				select {
 				case c.suback <- sa.Reasons:
 				default:
@@ -193,11 +203,7 @@ func (c *client) serve(ctx context.Context) error {
 			if err := d.Unpack(bytes.NewBuffer(body)); err != nil {
 				return fmt.Errorf("DISCONNECT: %w", err)
 			}
-			msg := d.Reason()
-			if d.Properties.ReasonString != "" {
-				msg += ": " + d.Properties.ReasonString
-			}
-			return fmt.Errorf("the broker disconnected: %s (reason 0x%02x)", msg, d.ReasonCode)
+			return fmt.Errorf("the broker disconnected: %s", reason(d.Reason(), d.ReasonCode, d.Properties))
 		default:
 			// PUBREL & co. answer publishes this client never makes; QoS 2
 			// was never asked for.
@@ -277,10 +283,14 @@ func (c *client) pinger() {
 }
 
 // subscribe sends the SUBSCRIBE and waits for its SUBACK, within
-// ConnectTimeout. id tells this attempt's SUBACK from an earlier one's.
-func (c *client) subscribe(ctx context.Context, id uint16) error {
+// ConnectTimeout. Each attempt has a packet identifier of its own, so a
+// late SUBACK of an earlier one is told apart.
+func (c *client) subscribe(ctx context.Context) error {
 	cfg := c.s.cfg
-	c.subID.Store(uint32(id))
+	id := uint16(c.subID.Add(1))
+	if id == 0 { // wrapped: 0 is not a packet identifier
+		id = uint16(c.subID.Add(1))
+	}
 	select {
 	case <-c.suback: // an earlier attempt's, come too late
 	default:

@@ -19,7 +19,6 @@ type Message struct {
 	// before, on an earlier connection, and got no ack.
 	Duplicate bool
 
-	src   *Source
 	c     *client // the connection that delivered the message
 	seq   uint64  // its place in c's receive order
 	qos   byte
@@ -35,12 +34,12 @@ type Message struct {
 // that has since dropped is discarded (Stats.StaleAcks): the broker
 // redelivers that message.
 func (m *Message) Ack() {
-	if m.src == nil || !m.acked.CompareAndSwap(false, true) || m.qos == 0 {
+	if m.c == nil || !m.acked.CompareAndSwap(false, true) || m.qos == 0 {
 		return
 	}
 	if !m.c.in.ack(m.seq) {
-		m.src.staleAcks.Add(1)
+		m.c.s.staleAcks.Add(1)
 		return
 	}
-	m.src.acked.Add(1)
+	m.c.s.acked.Add(1)
 }

@@ -115,10 +115,9 @@ type Source struct {
 	// is the gen whose subscription was granted. Subscribed is their
 	// equality, so a late SUBACK can never mark a newer connection.
 	gen, subGen atomic.Uint64
-	subID       atomic.Uint32 // the last SUBSCRIBE's packet identifier
 
-	mu      sync.Mutex // guards cur against Close
-	cur     *client    // the live connection, nil while there is none
+	mu      sync.Mutex             // orders setting cur against Close
+	cur     atomic.Pointer[client] // the live connection, nil while there is none
 	closing atomic.Bool
 	// handling is held around each handler call, so that Close can wait
 	// for the one in progress (and the ack it makes) before its DISCONNECT.
@@ -135,7 +134,6 @@ type Source struct {
 
 	received, redelivered, acked, staleAcks atomic.Uint64
 	connects, sessionsLost                  atomic.Uint64
-	connected                               atomic.Bool
 }
 
 // Start validates cfg, applies defaults and starts connecting. It returns as
@@ -233,10 +231,9 @@ func (s *Source) up(c *client) bool {
 	if s.closing.Load() {
 		return false
 	}
-	s.cur = c
+	s.cur.Store(c)
 	n := s.connects.Add(1)
 	gen := s.gen.Add(1)
-	s.connected.Store(true)
 	switch {
 	case n == 1 && c.sessionPresent:
 		s.log.Info("mqtt connected, resuming session")
@@ -259,10 +256,7 @@ func (s *Source) up(c *client) bool {
 // down retires c once its reader has returned with err.
 func (s *Source) down(c *client, err error) {
 	s.deaf() // bumps gen: stops the subscribe goroutine of the old connection
-	s.mu.Lock()
-	s.cur = nil
-	s.connected.Store(false)
-	s.mu.Unlock()
+	s.cur.Store(nil)
 	_ = c.bc.Close()
 	if !s.closing.Load() {
 		s.log.Warn("mqtt connection lost, reconnecting", "err", err)
@@ -273,7 +267,7 @@ func (s *Source) down(c *client, err error) {
 // first takes its slot in c's inflight; it returns an error only when the
 // connection is to be dropped.
 func (s *Source) deliver(ctx context.Context, c *client, p publish, topic string) error {
-	m := &Message{Topic: topic, Payload: p.payload, Duplicate: p.dup, src: s, c: c, qos: p.qos}
+	m := &Message{Topic: topic, Payload: p.payload, Duplicate: p.dup, c: c, qos: p.qos}
 	if p.qos > 0 {
 		seq, ok := c.in.add(ctx, p.id)
 		if !ok {
@@ -305,11 +299,7 @@ func (s *Source) deliver(ctx context.Context, c *client, p publish, topic string
 func (s *Source) subscribe(c *client, gen uint64) {
 	delay := s.cfg.ReconnectMin
 	for {
-		id := uint16(s.subID.Add(1))
-		if id == 0 { // 0 is not a packet identifier
-			id = uint16(s.subID.Add(1))
-		}
-		err := c.subscribe(s.ctx, id)
+		err := c.subscribe(s.ctx)
 		if s.gen.Load() != gen || s.ctx.Err() != nil {
 			return
 		}
@@ -388,11 +378,11 @@ func (s *Source) isSubscribed() bool {
 // deliver messages before the SUBACK, so a message is heard as soon as up
 // is true; silence counts only once subscribed is true too.
 func (s *Source) Hearing() (conn uint64, up, subscribed bool) {
-	return s.connects.Load(), s.connected.Load(), s.isSubscribed()
+	return s.connects.Load(), s.Connected(), s.isSubscribed()
 }
 
 // Connected reports whether a broker connection is up.
-func (s *Source) Connected() bool { return s.connected.Load() }
+func (s *Source) Connected() bool { return s.cur.Load() != nil }
 
 // Stats returns a snapshot of the counters.
 func (s *Source) Stats() Stats {
@@ -405,14 +395,12 @@ func (s *Source) Stats() Stats {
 		Connects:     c,
 		Reconnects:   max(c, 1) - 1,
 		SessionsLost: s.sessionsLost.Load(),
-		Connected:    s.connected.Load(),
+		Connected:    s.Connected(),
 		Subscribed:   s.isSubscribed(),
 	}
-	s.mu.Lock()
-	if s.cur != nil {
-		st.Outstanding = s.cur.in.count()
+	if c := s.cur.Load(); c != nil {
+		st.Outstanding = c.in.count()
 	}
-	s.mu.Unlock()
 	return st
 }
 
@@ -426,7 +414,7 @@ func (s *Source) Close(ctx context.Context) error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
 		s.closing.Store(true)
-		c := s.cur
+		c := s.cur.Load()
 		s.mu.Unlock()
 		// A handler call in progress finishes first: the ack it makes goes
 		// out before the DISCONNECT. Later messages see closing.
@@ -448,7 +436,6 @@ func (s *Source) Close(ctx context.Context) error {
 			return
 		}
 		s.deaf()
-		s.connected.Store(false)
 		s.subs.Wait()
 	})
 	return s.closeErr
