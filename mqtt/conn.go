@@ -139,14 +139,17 @@ func (b *bufConn) Write(p []byte) (int, error) {
 // flusher writes what Write queued, all of it at once, until Close.
 func (b *bufConn) flusher() {
 	defer close(b.done)
+	linger := time.NewTimer(time.Hour) // one timer for the connection's life
+	linger.Stop()
+	defer linger.Stop()
 	for {
 		<-b.kick
 		if b.linger > 0 {
-			t := time.NewTimer(b.linger)
+			linger.Reset(b.linger)
 			select {
-			case <-t.C:
+			case <-linger.C:
 			case <-b.closed:
-				t.Stop()
+				linger.Stop()
 			}
 		}
 		b.mu.Lock()

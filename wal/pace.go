@@ -11,10 +11,10 @@ import (
 // acks' write): under load a batch should gather many. Measured on the city
 // fleet (5 000 positions/s, issue 8), 64 entries and at most 10 ms a batch
 // cost 33 µs of CPU a position, 128 and 20 ms 26 µs, 256 and 40 ms 23 µs.
-// At a trickle, waiting gathers nobody and only delays the acks. The writer keeps an estimate of the recent arrival rate and lets
-// a batch linger just long enough to expect targetBatch entries, at most
-// Options.Interval, and not at all when even Interval would bring fewer
-// than minCompany.
+// At a trickle, waiting gathers nobody and only delays the acks. The writer
+// keeps an estimate of the recent arrival rate and lets a batch linger just
+// long enough to expect targetBatch entries, at most Options.Interval, and
+// not at all when even Interval would bring fewer than minCompany.
 const (
 	rateWindow  = 100 * time.Millisecond // time constant of the rate estimate
 	targetBatch = 256                    // entries per fsync worth waiting for
