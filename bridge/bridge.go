@@ -129,11 +129,10 @@ type Bridge struct {
 	cfg Config
 	nc  *nats.Conn
 	js  jetstream.JetStream
-	// kvJS publishes the courier writes: its own async window, apart from
-	// the results'.
-	kvJS jetstream.JetStream
-	log  *slog.Logger
-	now  func() time.Time // the KV writer's clock; tests may simulate it
+	// kvAcks is the courier writes' reply inbox (kvput.go).
+	kvAcks *kvAcks
+	log    *slog.Logger
+	now    func() time.Time // the KV writer's clock; tests may simulate it
 
 	// slots holds one token per accepted, unacked result: its capacity is
 	// the in-flight bound.
@@ -229,19 +228,14 @@ func open(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger, now 
 		return nil, fmt.Errorf("bridge: open: jetstream: %w", err)
 	}
 	b.js = js
-	kvJS, err := jetstream.New(nc,
-		jetstream.WithPublishAsyncMaxPending(2*kvChunk),
-		jetstream.WithPublishAsyncTimeout(cfg.AckTimeout),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("bridge: open: jetstream: %w", err)
-	}
-	b.kvJS = kvJS
 
 	if err := b.createStream(ctx); err != nil {
 		return nil, fmt.Errorf("bridge: open: %w", err)
 	}
 	if err := b.createBucket(ctx); err != nil {
+		return nil, fmt.Errorf("bridge: open: %w", err)
+	}
+	if b.kvAcks, err = subscribeKVAcks(nc); err != nil {
 		return nil, fmt.Errorf("bridge: open: %w", err)
 	}
 	b.streamOK.Store(true)
@@ -635,9 +629,9 @@ func (b *Bridge) Close(ctx context.Context) error {
 		b.drain(now)
 		kvErr := b.writeKV(ctx, now, true, true)
 		// Fails what is still in flight (the callbacks find nothing to
-		// retry any more) and drops the reply subscription.
+		// retry any more) and drops the reply subscriptions.
 		b.js.CleanupPublisher()
-		b.kvJS.CleanupPublisher()
+		_ = b.kvAcks.sub.Unsubscribe()
 		if flushErr != nil || kvErr != nil {
 			b.closeErr = fmt.Errorf("bridge: close: %w", errors.Join(flushErr, kvErr))
 		}

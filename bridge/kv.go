@@ -2,16 +2,12 @@ package bridge
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/km0/edgeproc/geo"
 )
 
 // Courier statuses stored in CourierState.Status.
@@ -116,7 +112,6 @@ type kvTable struct {
 	spareUps   []kvUpdate
 	spareIDs   []byte
 	batch      []kvWrite
-	futures    []jetstream.PubAckFuture
 	lostAt     time.Time // last recreate attempt of the bucket
 }
 
@@ -445,59 +440,6 @@ func (b *Bridge) writeKV(ctx context.Context, now time.Time, scan, all bool) err
 	}
 	clear(batch)
 	t.batch = batch[:0]
-	return first
-}
-
-// writeChunk publishes ws asynchronously and waits for all their acks.
-func (b *Bridge) writeChunk(ctx context.Context, ws []kvWrite) error {
-	t := &b.table
-	futs := t.futures[:0]
-	for i := range ws {
-		w := &ws[i]
-		if w.cs.Cell == "" && b.cfg.ComputeCell {
-			w.cs.Cell = geo.Cell(w.cs.Lat, w.cs.Lon, b.cfg.CellResolution).String()
-			if w.e != nil && w.e.state.TS == w.cs.TS && w.e.state.Lat == w.cs.Lat && w.e.state.Lon == w.cs.Lon {
-				w.e.state.Cell = w.cs.Cell
-			}
-		}
-		val, err := json.Marshal(w.cs)
-		if err != nil {
-			// NaN or Inf coordinates: retrying cannot help.
-			b.kvErrors.Add(1)
-			b.logKV("bridge: encode courier state", w.cs.Courier, err)
-			futs = append(futs, nil)
-			continue
-		}
-		f, err := b.kvJS.PublishMsgAsync(&nats.Msg{Subject: "$KV." + b.cfg.KVBucket + "." + CourierKey(w.cs.Courier), Data: val})
-		if err != nil {
-			b.kvFailed(w, err)
-			f = nil
-		}
-		futs = append(futs, f)
-	}
-	var first error
-	for i, f := range futs {
-		if f == nil {
-			continue
-		}
-		var err error
-		select {
-		case <-f.Ok():
-		case err = <-f.Err():
-		case <-ctx.Done():
-			err = ctx.Err()
-		}
-		if err != nil {
-			b.kvFailed(&ws[i], err)
-			if first == nil {
-				first = fmt.Errorf("write courier %s to %s: %w", ws[i].cs.Courier, b.cfg.KVBucket, err)
-			}
-			continue
-		}
-		b.kvWrites.Add(1)
-	}
-	clear(futs)
-	t.futures = futs[:0]
 	return first
 }
 

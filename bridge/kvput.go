@@ -1,0 +1,220 @@
+package bridge
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/km0/edgeproc/geo"
+)
+
+// The courier bucket's writes are the most frequent thing the bridge sends
+// (a city fleet: one every few positions), so they skip nats.go's
+// JetStream async publisher: that one arms a timer, allocates a future with
+// two channels and decodes every PubAck with encoding/json, per write, and
+// its replies come through a goroutine of their own. Here a chunk of writes
+// shares one reply subscription, whose channel the writer reads itself, and
+// one timer; an ack is recognised without decoding it.
+
+// errAckTimeout is a write whose ack did not come within Config.AckTimeout.
+var errAckTimeout = errors.New("no ack within the ack timeout")
+
+// kvAcks is the courier writer's reply inbox: write number n is published
+// with the reply subject prefix+n. Owned by the KV writer.
+type kvAcks struct {
+	sub    *nats.Subscription
+	ch     chan *nats.Msg
+	prefix string
+	next   uint64  // number of the next write
+	state  []uint8 // of the chunk in flight: ackWaiting, ackDone
+	timer  *time.Timer
+	subj   []byte // scratch: a write's subject
+	val    []byte // scratch: a write's value
+	reply  []byte // scratch: a write's reply subject
+}
+
+const (
+	ackWaiting uint8 = iota
+	ackDone
+)
+
+// subscribeKVAcks opens the inbox. Its channel holds two chunks of replies:
+// the one in flight and late replies to a chunk that timed out; a reply
+// that finds it full is dropped by nats.go and its write retried.
+func subscribeKVAcks(nc *nats.Conn) (*kvAcks, error) {
+	a := &kvAcks{prefix: nc.NewInbox() + ".", ch: make(chan *nats.Msg, 2*kvChunk)}
+	sub, err := nc.ChanSubscribe(a.prefix+"*", a.ch)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe to the courier bucket's acks: %w", err)
+	}
+	a.sub = sub
+	a.timer = time.NewTimer(time.Hour)
+	a.timer.Stop()
+	return a, nil
+}
+
+// writeChunk publishes ws and waits, up to Config.AckTimeout, for all their
+// acks; a write that fails or gets no ack is put back (kvFailed).
+func (b *Bridge) writeChunk(ctx context.Context, ws []kvWrite) error {
+	a := b.kvAcks
+	base := a.next
+	a.next += uint64(len(ws))
+	if cap(a.state) < len(ws) {
+		a.state = make([]uint8, len(ws))
+	}
+	a.state = a.state[:len(ws)]
+	clear(a.state)
+	waiting := 0
+	var first error
+	fail := func(i int, err error) {
+		a.state[i] = ackDone
+		b.kvFailed(&ws[i], err)
+		if first == nil {
+			first = fmt.Errorf("write courier %s to %s: %w", ws[i].cs.Courier, b.cfg.KVBucket, err)
+		}
+	}
+	for i := range ws {
+		w := &ws[i]
+		if w.cs.Cell == "" && b.cfg.ComputeCell {
+			w.cs.Cell = geo.Cell(w.cs.Lat, w.cs.Lon, b.cfg.CellResolution).String()
+			if w.e != nil && w.e.state.TS == w.cs.TS && w.e.state.Lat == w.cs.Lat && w.e.state.Lon == w.cs.Lon {
+				w.e.state.Cell = w.cs.Cell
+			}
+		}
+		var err error
+		a.val, err = appendCourierState(a.val[:0], &w.cs)
+		if err != nil {
+			// NaN or Inf coordinates: retrying cannot help.
+			a.state[i] = ackDone
+			b.kvErrors.Add(1)
+			b.logKV("bridge: encode courier state", w.cs.Courier, err)
+			continue
+		}
+		a.subj = append(append(append(a.subj[:0], "$KV."...), b.cfg.KVBucket...), '.')
+		a.subj = append(a.subj, CourierKey(w.cs.Courier)...)
+		a.reply = strconv.AppendUint(append(a.reply[:0], a.prefix...), base+uint64(i), 10)
+		if err := b.nc.PublishRequest(string(a.subj), string(a.reply), a.val); err != nil {
+			fail(i, err)
+			continue
+		}
+		waiting++
+	}
+	if waiting == 0 {
+		return first
+	}
+	a.timer.Reset(b.cfg.AckTimeout)
+	defer a.timer.Stop()
+	for waiting > 0 {
+		select {
+		case m := <-a.ch:
+			n, err := strconv.ParseUint(m.Subject[len(a.prefix):], 10, 64)
+			if err != nil || n < base || n >= base+uint64(len(ws)) || a.state[n-base] != ackWaiting {
+				continue // a late reply to an earlier chunk
+			}
+			i := int(n - base)
+			waiting--
+			if err := pubAckError(m); err != nil {
+				fail(i, err)
+				continue
+			}
+			a.state[i] = ackDone
+			b.kvWrites.Add(1)
+		case <-a.timer.C:
+			return b.failWaiting(ws, errAckTimeout, first)
+		case <-ctx.Done():
+			return b.failWaiting(ws, ctx.Err(), first)
+		}
+	}
+	return first
+}
+
+// failWaiting puts back every write of the chunk still waiting for its ack.
+func (b *Bridge) failWaiting(ws []kvWrite, err, first error) error {
+	a := b.kvAcks
+	for i, s := range a.state {
+		if s == ackWaiting {
+			a.state[i] = ackDone
+			b.kvFailed(&ws[i], err)
+			if first == nil {
+				first = fmt.Errorf("write courier %s to %s: %w", ws[i].cs.Courier, b.cfg.KVBucket, err)
+			}
+		}
+	}
+	return first
+}
+
+// pubAckError says what a JetStream reply to a publish reports: nil for a
+// PubAck, an error wrapping nats.ErrNoResponders when no stream captured
+// the subject (isNoStream), or the server's error.
+func pubAckError(m *nats.Msg) error {
+	if len(m.Data) == 0 {
+		if m.Header.Get("Status") == "503" {
+			return nats.ErrNoResponders
+		}
+		return fmt.Errorf("empty reply (status %q)", m.Header.Get("Status"))
+	}
+	if !bytes.Contains(m.Data, []byte(`"error"`)) {
+		return nil
+	}
+	var r struct {
+		Error *struct {
+			Code        int    `json:"code"`
+			ErrCode     int    `json:"err_code"`
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(m.Data, &r); err != nil || r.Error == nil {
+		return nil // "error" in a stream name, not an error
+	}
+	return fmt.Errorf("jetstream: %s (code %d, err_code %d)", r.Error.Description, r.Error.Code, r.Error.ErrCode)
+}
+
+// appendCourierState appends cs as encoding/json would encode it, without
+// reflection; a value only encoding/json gets right (a courier id that
+// needs escaping, a float it prints with an exponent) goes through it.
+func appendCourierState(dst []byte, cs *CourierState) ([]byte, error) {
+	if !plainJSON(cs.Courier) || !plainJSON(cs.Cell) || !plainJSON(cs.Status) || !plainFloat(cs.Lat) || !plainFloat(cs.Lon) {
+		v, err := json.Marshal(cs)
+		return append(dst, v...), err
+	}
+	dst = append(dst, `{"courier":"`...)
+	dst = append(dst, cs.Courier...)
+	dst = append(dst, `","lat":`...)
+	dst = strconv.AppendFloat(dst, cs.Lat, 'f', -1, 64)
+	dst = append(dst, `,"lon":`...)
+	dst = strconv.AppendFloat(dst, cs.Lon, 'f', -1, 64)
+	dst = append(dst, `,"timestamp_ms":`...)
+	dst = strconv.AppendInt(dst, cs.TS, 10)
+	dst = append(dst, `,"cell":"`...)
+	dst = append(dst, cs.Cell...)
+	dst = append(dst, `","status":"`...)
+	dst = append(dst, cs.Status...)
+	return append(dst, `"}`...), nil
+}
+
+// plainJSON reports whether s is printable ASCII that encoding/json writes
+// as it is (it escapes <, > and & for HTML).
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
+}
+
+// plainFloat reports whether encoding/json writes f in 'f' format (it
+// switches to an exponent below 1e-6 and from 1e21, and fails on NaN and
+// Inf).
+func plainFloat(f float64) bool {
+	a := math.Abs(f)
+	return a == 0 || (a >= 1e-6 && a < 1e21)
+}
