@@ -160,3 +160,47 @@ func TestKV_NewestWinsAfterWrite(t *testing.T) {
 		t.Errorf("got %+v, want no_signal at ts 400", cs)
 	}
 }
+
+// A courier write that nobody acks (its subject answered by a plain
+// subscriber, not the bucket) fails after AckTimeout and is written again;
+// once the bucket's subjects find no responder at all, the bucket is
+// recreated and the state lands.
+func TestKV_UnackedWriteIsRetried(t *testing.T) {
+	srv := testenv.StartNATS(t)
+	nc := srv.Connect(t)
+	cfg := bridge.Config{Market: "girona", KVInterval: 200 * time.Millisecond, AckTimeout: 300 * time.Millisecond}
+	b := mustOpen(t, nc, cfg)
+	bucket := b.Config().KVBucket
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := mustJS(t, nc).DeleteKeyValue(ctx, bucket); err != nil {
+		t.Fatal(err)
+	}
+	swallow := make(chan *nats.Msg, 64)
+	sub, err := srv.Connect(t).ChanSubscribe("$KV."+bucket+".>", swallow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.UpdatePosition([]byte("van-1"), 100, 1, 2)
+	for i := range 2 {
+		select {
+		case <-swallow:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("write %d of the unacked state never came (stats %+v)", i+1, b.Stats())
+		}
+	}
+	if st := b.Stats(); st.KVErrors == 0 || st.KVWrites != 0 {
+		t.Errorf("after an unacked write: KVErrors %d, KVWrites %d; want > 0, 0", st.KVErrors, st.KVWrites)
+	}
+	if err := sub.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 20*time.Second, "the bucket recreated", func() bool { return b.Stats().KVRecreated == 1 })
+	want := bridge.CourierState{Courier: "van-1", Lat: 1, Lon: 2, TS: 100, Status: bridge.StatusOnline}
+	if got, _, ok := waitKV(t, nc, bucket, "van-1", 20*time.Second, func(cs bridge.CourierState) bool { return cs == want }); !ok {
+		t.Errorf("got %+v, want %+v written once the bucket is back (stats %+v)", got, want, b.Stats())
+	}
+	if st := b.Stats(); st.KVWrites == 0 {
+		t.Errorf("KVWrites %d, want > 0", st.KVWrites)
+	}
+}

@@ -69,3 +69,4 @@ fuzz ./wal FuzzCountDropped
 fuzz ./board FuzzEncodeDecode
 fuzz ./mqtt FuzzDecodePublish
 fuzz ./bridge FuzzCourierKey
+fuzz ./bridge FuzzAppendCourierState
