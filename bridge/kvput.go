@@ -1,7 +1,6 @@
 package bridge
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,12 +15,9 @@ import (
 )
 
 // The courier bucket's writes are the most frequent thing the bridge sends
-// (a city fleet: one every few positions), so they skip nats.go's
-// JetStream async publisher: that one arms a timer, allocates a future with
-// two channels and decodes every PubAck with encoding/json, per write, and
-// its replies come through a goroutine of their own. Here a chunk of writes
-// shares one reply subscription, whose channel the writer reads itself, and
-// one timer; an ack is recognised without decoding it.
+// (a city fleet: one every few positions). A chunk of them shares one reply
+// subscription, whose channel the writer reads itself, and one timer (see
+// ack.go for why not nats.go's async publisher).
 
 // errAckTimeout is a write whose ack did not come within Config.AckTimeout.
 var errAckTimeout = errors.New("no ack within the ack timeout")
@@ -148,32 +144,6 @@ func (b *Bridge) failWaiting(ws []kvWrite, err, first error) error {
 		}
 	}
 	return first
-}
-
-// pubAckError says what a JetStream reply to a publish reports: nil for a
-// PubAck, an error wrapping nats.ErrNoResponders when no stream captured
-// the subject (isNoStream), or the server's error.
-func pubAckError(m *nats.Msg) error {
-	if len(m.Data) == 0 {
-		if m.Header.Get("Status") == "503" {
-			return nats.ErrNoResponders
-		}
-		return fmt.Errorf("empty reply (status %q)", m.Header.Get("Status"))
-	}
-	if !bytes.Contains(m.Data, []byte(`"error"`)) {
-		return nil
-	}
-	var r struct {
-		Error *struct {
-			Code        int    `json:"code"`
-			ErrCode     int    `json:"err_code"`
-			Description string `json:"description"`
-		} `json:"error"`
-	}
-	if err := json.Unmarshal(m.Data, &r); err != nil || r.Error == nil {
-		return nil // "error" in a stream name, not an error
-	}
-	return fmt.Errorf("jetstream: %s (code %d, err_code %d)", r.Error.Description, r.Error.Code, r.Error.ErrCode)
 }
 
 // appendCourierState appends cs as encoding/json would encode it, without

@@ -204,3 +204,46 @@ func TestKV_UnackedWriteIsRetried(t *testing.T) {
 		t.Errorf("KVWrites %d, want > 0", st.KVWrites)
 	}
 }
+
+// A result nobody acks (the stream gone, its subject answered by a plain
+// subscriber) is sent again after AckTimeout, each time with the same
+// Nats-Msg-Id; once the subject finds no responder, the stream is
+// recreated and the result lands in it once.
+func TestPublish_UnackedResultIsRetried(t *testing.T) {
+	srv := testenv.StartNATS(t)
+	nc := srv.Connect(t)
+	cfg := bridge.Config{Market: "girona", AckTimeout: 300 * time.Millisecond, MaxBackoff: 100 * time.Millisecond}
+	b := mustOpen(t, nc, cfg)
+	subj := cfg.Subject(bridge.KindDistance)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := mustJS(t, nc).DeleteStream(ctx, b.Config().Stream); err != nil {
+		t.Fatal(err)
+	}
+	swallow := make(chan *nats.Msg, 64)
+	sub, err := srv.Connect(t).ChanSubscribe(subj, swallow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publishRange(t, b, subj, 0, 1)
+	for i := range 3 {
+		select {
+		case m := <-swallow:
+			if id := m.Header.Get(jetstream.MsgIDHeader); id != "k|0" {
+				t.Errorf("attempt %d has Nats-Msg-Id %q, want k|0", i+1, id)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("attempt %d of the unacked result never came (stats %+v)", i+1, b.Stats())
+		}
+	}
+	if st := b.Stats(); st.Errors < 2 || st.Retries < 2 || st.Acked != 0 || st.Pending != 1 {
+		t.Errorf("after unacked attempts: %+v; want Errors, Retries >= 2, Acked 0, Pending 1", st)
+	}
+	if err := sub.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	mustFlush(t, b, 20*time.Second)
+	if ids := msgIDs(testenv.ReadStream(t, srv.URL(), b.Config().Stream)); len(ids) != 1 || ids["k|0"] != 1 {
+		t.Errorf("recreated stream holds %v, want k|0 once", ids)
+	}
+}

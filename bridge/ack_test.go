@@ -1,0 +1,52 @@
+package bridge
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+)
+
+func TestPubAckDuplicate(t *testing.T) {
+	for data, want := range map[string]bool{
+		`{"stream":"S","seq":7}`:                     false,
+		`{"stream":"S","seq":7,"duplicate":true}`:    true,
+		`{"stream":"S","seq":7,"duplicate": true}`:   true, // as the server writes it
+		`{"stream":"S","seq":7,"duplicate" : false}`: false,
+		`{"stream":"duplicate","seq":7}`:             false,
+		`{"stream":"S","seq":7,"duplicate":`:         false,
+	} {
+		if got := pubAckDuplicate([]byte(data)); got != want {
+			t.Errorf("pubAckDuplicate(%s) = %v, want %v", data, got, want)
+		}
+	}
+}
+
+func TestPubAckError(t *testing.T) {
+	noResponders := &nats.Msg{Header: nats.Header{"Status": []string{"503"}}}
+	cases := []struct {
+		name    string
+		msg     *nats.Msg
+		wantErr bool
+		noStrm  bool
+	}{
+		{"ack", &nats.Msg{Data: []byte(`{"stream":"KV_x","seq":7}`)}, false, false},
+		{"duplicate", &nats.Msg{Data: []byte(`{"stream":"KV_x","seq":7,"duplicate":true}`)}, false, false},
+		{"stream named error", &nats.Msg{Data: []byte(`{"stream":"KV_\"error\"","seq":7}`)}, false, false},
+		{"server error", &nats.Msg{Data: []byte(`{"error":{"code":503,"err_code":10077,"description":"maximum messages exceeded"}}`)}, true, false},
+		{"no stream", noResponders, true, true},
+		{"empty, other status", &nats.Msg{Header: nats.Header{"Status": []string{"408"}}}, true, false},
+	}
+	for _, c := range cases {
+		err := pubAckError(c.msg)
+		if (err != nil) != c.wantErr {
+			t.Errorf("%s: got %v, want error %v", c.name, err, c.wantErr)
+		}
+		if isNoStream(err) != c.noStrm {
+			t.Errorf("%s: isNoStream(%v) = %v, want %v", c.name, err, isNoStream(err), c.noStrm)
+		}
+		if c.name == "server error" && err != nil && !strings.Contains(err.Error(), "maximum messages exceeded") {
+			t.Errorf("%s: %v does not say the server's description", c.name, err)
+		}
+	}
+}
