@@ -12,6 +12,9 @@
 #   c1250: 1 250 couriers, 1 fix / 5 s (250/s), 30 s
 #   c50k:  50 000 couriers, 1 fix / 5 s (10 000/s), 30 s
 # RUNS (default 2) runs of each; FLEETS (default "hot city c1250 c50k").
+# Further arguments go to loadbench: --window-size 5m --window-slide 1m for
+# the product's windows, --gomaxprocs 1 for edgeproc as deploy/systemd's
+# unit runs it.
 # The machine is small and shared: the load average is printed with every
 # figure.
 set -euo pipefail

@@ -58,6 +58,7 @@ type options struct {
 	StartRate, ProbeRate      float64
 	BaselineCouriers          int
 	Windows                   windowSettings
+	GOMAXPROCS                int
 	Interval                  time.Duration
 	MinRatio                  float64
 	MaxCatchUp                time.Duration
@@ -91,6 +92,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.Windows.Gap, "gap", 3*time.Minute, "windows.gap")
 	fs.DurationVar(&o.Windows.ToleratedDelay, "tolerated-delay", 2*time.Second, "windows.tolerated_delay (short, so that windows close within a step)")
 	fs.DurationVar(&o.Windows.WALBatchInterval, "wal-batch-interval", 0, "state.wal_batch_interval of edgeproc's config; 0 = its default")
+	fs.IntVar(&o.GOMAXPROCS, "gomaxprocs", 0, "run edgeproc with GOMAXPROCS=`N` in its environment (deploy/systemd's unit sets 1); 0 = Go's default")
 	fs.DurationVar(&o.Interval, "interval", 5*time.Second, "a courier's position interval; couriers = rate × interval keeps event time on the clock")
 	fs.Float64Var(&o.MinRatio, "min-ratio", 0.97, "received/offered needed for a step to count as sustained")
 	fs.DurationVar(&o.MaxCatchUp, "max-catchup", 2*time.Second, "a step is sustained only if edgeproc receives the broker's backlog within this after sending stops")
@@ -198,7 +200,7 @@ func bench(ctx context.Context, o options, rates []float64, stdout, stderr io.Wr
 		return false, err
 	}
 	defer ns.Shutdown()
-	p, err := startEdgeproc(ctx, bin, dir, brokerURL, ns.ClientURL(), o.Windows)
+	p, err := startEdgeproc(ctx, bin, dir, brokerURL, ns.ClientURL(), o.Windows, o.GOMAXPROCS)
 	if err != nil {
 		return false, err
 	}
@@ -213,8 +215,12 @@ func bench(ctx context.Context, o options, rates []float64, stdout, stderr io.Wr
 		return false, err
 	}
 	defer tap.close()
-	fmt.Fprintf(stdout, "# edgeproc run: nats %s (in-process, JetStream), metrics %s/metrics; windows %s/%s, tolerated_delay %s, gap %s; couriers = rate × %s\n",
-		ns.ClientURL(), p.base, o.Windows.Size, o.Windows.Slide, o.Windows.ToleratedDelay, o.Windows.Gap, o.Interval)
+	procs := "Go's default"
+	if o.GOMAXPROCS > 0 {
+		procs = strconv.Itoa(o.GOMAXPROCS)
+	}
+	fmt.Fprintf(stdout, "# edgeproc run: nats %s (in-process, JetStream), metrics %s/metrics; windows %s/%s, tolerated_delay %s, gap %s; couriers = rate × %s; GOMAXPROCS %s\n",
+		ns.ClientURL(), p.base, o.Windows.Size, o.Windows.Slide, o.Windows.ToleratedDelay, o.Windows.Gap, o.Interval, procs)
 
 	ss := stepSettings{
 		BrokerURL: brokerURL, Duration: o.Step, Interval: o.Interval, Drain: o.Drain,
