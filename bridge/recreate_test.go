@@ -177,7 +177,11 @@ func TestKV_UnackedWriteIsRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	swallow := make(chan *nats.Msg, 64)
-	sub, err := srv.Connect(t).ChanSubscribe("$KV."+bucket+".>", swallow)
+	sc := srv.Connect(t)
+	sub, err := sc.ChanSubscribe("$KV."+bucket+".>", swallow)
+	if err == nil {
+		err = sc.Flush() // the server has the interest before the first write
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +225,11 @@ func TestPublish_UnackedResultIsRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	swallow := make(chan *nats.Msg, 64)
-	sub, err := srv.Connect(t).ChanSubscribe(subj, swallow)
+	sc := srv.Connect(t)
+	sub, err := sc.ChanSubscribe(subj, swallow)
+	if err == nil {
+		err = sc.Flush() // the server has the interest before the first publish
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
