@@ -670,8 +670,8 @@ func (b *Bridge) Connected() bool { return b.nc.IsConnected() }
 
 // Close stops accepting results, waits (bounded by ctx) until every
 // accepted result is acked, stops the goroutines, writes the courier states
-// still waiting (bounded by ctx), and releases the bridge's JetStream
-// publisher. It does not close the *nats.Conn. The error reports results
+// still waiting (bounded by ctx), and drops the bridge's reply
+// subscriptions. It does not close the *nats.Conn. The error reports results
 // left unacknowledged or states left unwritten. Later calls return the
 // first call's result.
 func (b *Bridge) Close(ctx context.Context) error {
