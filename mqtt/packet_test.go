@@ -16,7 +16,7 @@ func encodePublish(t testing.TB, p *packets.Publish) (byte, []byte) {
 	if _, err := p.WriteTo(&b); err != nil {
 		t.Fatal(err)
 	}
-	r := bufio.NewReader(&b)
+	r := bufio.NewReaderSize(&b, b.Len()) // all of it buffered, however long
 	typ, flags, n, err := readHeader(r)
 	if err != nil || typ != typePublish || n != r.Buffered() {
 		t.Fatalf("header: type %d, length %d of %d buffered, err %v", typ, n, r.Buffered(), err)
