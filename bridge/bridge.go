@@ -40,8 +40,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -139,9 +137,8 @@ type Bridge struct {
 	js  jetstream.JetStream
 	// kvAcks is the courier writes' reply inbox (kvput.go).
 	kvAcks *kvAcks
-	// Attempt n of a result is published with the reply subject inbox+n;
-	// replies is the subscription that receives the acks.
-	inbox   string
+	// inbox numbers the results' attempts; replies receives their acks.
+	inbox   inbox
 	replies *nats.Subscription
 	log     *slog.Logger
 	now     func() time.Time // the KV writer's clock; tests may simulate it
@@ -244,8 +241,8 @@ func open(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger, now 
 	if b.kvAcks, err = subscribeKVAcks(nc); err != nil {
 		return nil, fmt.Errorf("bridge: open: %w", err)
 	}
-	b.inbox = nc.NewInbox() + "."
-	if b.replies, err = nc.Subscribe(b.inbox+"*", b.onReply); err != nil {
+	b.inbox = newInbox(nc)
+	if b.replies, err = nc.Subscribe(b.inbox.filter(), b.onReply); err != nil {
 		_ = b.kvAcks.sub.Unsubscribe()
 		return nil, fmt.Errorf("bridge: open: subscribe to the results' acks: %w", err)
 	}
@@ -416,7 +413,7 @@ func (b *Bridge) send(it *item) (uint64, error) {
 	b.attempts[n] = it
 	it.sentAt = time.Now()
 	b.mu.Unlock()
-	return n, b.nc.PublishMsg(&nats.Msg{Subject: it.subject, Reply: b.inbox + strconv.FormatUint(n, 10), Header: it.hdr, Data: it.data})
+	return n, b.nc.PublishMsg(&nats.Msg{Subject: it.subject, Reply: b.inbox.reply(n), Header: it.hdr, Data: it.data})
 }
 
 // abandon forgets an item that can never be delivered and frees its slot.
@@ -432,8 +429,8 @@ func (b *Bridge) abandon(it *item, n uint64) {
 // onReply handles the stream's reply to an attempt. It runs on the reply
 // subscription's goroutine.
 func (b *Bridge) onReply(m *nats.Msg) {
-	n, err := strconv.ParseUint(strings.TrimPrefix(m.Subject, b.inbox), 10, 64)
-	if err != nil {
+	n, ok := b.inbox.attempt(m.Subject)
+	if !ok {
 		return
 	}
 	if err := pubAckError(m); err != nil {

@@ -3,7 +3,6 @@ package bridge
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -19,21 +18,17 @@ import (
 // subscription, whose channel the writer reads itself, and one timer (see
 // ack.go for why not nats.go's async publisher).
 
-// errAckTimeout is a write whose ack did not come within Config.AckTimeout.
-var errAckTimeout = errors.New("no ack within the ack timeout")
-
-// kvAcks is the courier writer's reply inbox: write number n is published
-// with the reply subject prefix+n. Owned by the KV writer.
+// kvAcks is the courier writer's reply inbox, its writes numbered in it.
+// Owned by the KV writer.
 type kvAcks struct {
-	sub    *nats.Subscription
-	ch     chan *nats.Msg
-	prefix string
-	next   uint64  // number of the next write
-	state  []uint8 // of the chunk in flight: ackWaiting, ackDone
-	timer  *time.Timer
-	subj   []byte // scratch: a write's subject
-	val    []byte // scratch: a write's value
-	reply  []byte // scratch: a write's reply subject
+	sub   *nats.Subscription
+	ch    chan *nats.Msg
+	inbox inbox
+	next  uint64  // number of the next write
+	state []uint8 // of the chunk in flight: ackWaiting, ackDone
+	timer *time.Timer
+	subj  []byte // scratch: a write's subject
+	val   []byte // scratch: a write's value
 }
 
 const (
@@ -45,8 +40,8 @@ const (
 // the one in flight and late replies to a chunk that timed out; a reply
 // that finds it full is dropped by nats.go and its write retried.
 func subscribeKVAcks(nc *nats.Conn) (*kvAcks, error) {
-	a := &kvAcks{prefix: nc.NewInbox() + ".", ch: make(chan *nats.Msg, 2*kvChunk)}
-	sub, err := nc.ChanSubscribe(a.prefix+"*", a.ch)
+	a := &kvAcks{inbox: newInbox(nc), ch: make(chan *nats.Msg, 2*kvChunk)}
+	sub, err := nc.ChanSubscribe(a.inbox.filter(), a.ch)
 	if err != nil {
 		return nil, fmt.Errorf("subscribe to the courier bucket's acks: %w", err)
 	}
@@ -76,6 +71,14 @@ func (b *Bridge) writeChunk(ctx context.Context, ws []kvWrite) error {
 			first = fmt.Errorf("write courier %s to %s: %w", ws[i].cs.Courier, b.cfg.KVBucket, err)
 		}
 	}
+	// failWaiting puts back every write still waiting for its ack.
+	failWaiting := func(err error) {
+		for i, s := range a.state {
+			if s == ackWaiting {
+				fail(i, err)
+			}
+		}
+	}
 	for i := range ws {
 		w := &ws[i]
 		if w.cs.Cell == "" && b.cfg.ComputeCell {
@@ -95,8 +98,7 @@ func (b *Bridge) writeChunk(ctx context.Context, ws []kvWrite) error {
 		}
 		a.subj = append(append(append(a.subj[:0], "$KV."...), b.cfg.KVBucket...), '.')
 		a.subj = append(a.subj, CourierKey(w.cs.Courier)...)
-		a.reply = strconv.AppendUint(append(a.reply[:0], a.prefix...), base+uint64(i), 10)
-		if err := b.nc.PublishRequest(string(a.subj), string(a.reply), a.val); err != nil {
+		if err := b.nc.PublishRequest(string(a.subj), a.inbox.reply(base+uint64(i)), a.val); err != nil {
 			fail(i, err)
 			continue
 		}
@@ -110,8 +112,8 @@ func (b *Bridge) writeChunk(ctx context.Context, ws []kvWrite) error {
 	for waiting > 0 {
 		select {
 		case m := <-a.ch:
-			n, err := strconv.ParseUint(m.Subject[len(a.prefix):], 10, 64)
-			if err != nil || n < base || n >= base+uint64(len(ws)) || a.state[n-base] != ackWaiting {
+			n, ok := a.inbox.attempt(m.Subject)
+			if !ok || n < base || n >= base+uint64(len(ws)) || a.state[n-base] != ackWaiting {
 				continue // a late reply to an earlier chunk
 			}
 			i := int(n - base)
@@ -123,24 +125,11 @@ func (b *Bridge) writeChunk(ctx context.Context, ws []kvWrite) error {
 			a.state[i] = ackDone
 			b.kvWrites.Add(1)
 		case <-a.timer.C:
-			return b.failWaiting(ws, errAckTimeout, first)
+			failWaiting(errAckTimeout)
+			return first
 		case <-ctx.Done():
-			return b.failWaiting(ws, ctx.Err(), first)
-		}
-	}
-	return first
-}
-
-// failWaiting puts back every write of the chunk still waiting for its ack.
-func (b *Bridge) failWaiting(ws []kvWrite, err, first error) error {
-	a := b.kvAcks
-	for i, s := range a.state {
-		if s == ackWaiting {
-			a.state[i] = ackDone
-			b.kvFailed(&ws[i], err)
-			if first == nil {
-				first = fmt.Errorf("write courier %s to %s: %w", ws[i].cs.Courier, b.cfg.KVBucket, err)
-			}
+			failWaiting(ctx.Err())
+			return first
 		}
 	}
 	return first
