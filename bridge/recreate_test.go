@@ -176,15 +176,7 @@ func TestKV_UnackedWriteIsRetried(t *testing.T) {
 	if err := mustJS(t, nc).DeleteKeyValue(ctx, bucket); err != nil {
 		t.Fatal(err)
 	}
-	swallow := make(chan *nats.Msg, 64)
-	sc := srv.Connect(t)
-	sub, err := sc.ChanSubscribe("$KV."+bucket+".>", swallow)
-	if err == nil {
-		err = sc.Flush() // the server has the interest before the first write
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	swallow, sub := swallowing(t, srv, "$KV."+bucket+".>")
 	b.UpdatePosition([]byte("van-1"), 100, 1, 2)
 	for i := range 2 {
 		select {
@@ -224,15 +216,7 @@ func TestPublish_UnackedResultIsRetried(t *testing.T) {
 	if err := mustJS(t, nc).DeleteStream(ctx, b.Config().Stream); err != nil {
 		t.Fatal(err)
 	}
-	swallow := make(chan *nats.Msg, 64)
-	sc := srv.Connect(t)
-	sub, err := sc.ChanSubscribe(subj, swallow)
-	if err == nil {
-		err = sc.Flush() // the server has the interest before the first publish
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	swallow, sub := swallowing(t, srv, subj)
 	publishRange(t, b, subj, 0, 1)
 	for i := range 3 {
 		select {
@@ -254,4 +238,21 @@ func TestPublish_UnackedResultIsRetried(t *testing.T) {
 	if ids := msgIDs(testenv.ReadStream(t, srv.URL(), b.Config().Stream)); len(ids) != 1 || ids["k|0"] != 1 {
 		t.Errorf("recreated stream holds %v, want k|0 once", ids)
 	}
+}
+
+// swallowing subscribes to subject on a connection of its own and never
+// replies: a publish there has a responder but no ack. The server has the
+// interest when it returns.
+func swallowing(tb testing.TB, srv *testenv.NATS, subject string) (chan *nats.Msg, *nats.Subscription) {
+	tb.Helper()
+	ch := make(chan *nats.Msg, 64)
+	nc := srv.Connect(tb)
+	sub, err := nc.ChanSubscribe(subject, ch)
+	if err == nil {
+		err = nc.Flush()
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return ch, sub
 }
