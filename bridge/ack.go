@@ -11,17 +11,17 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// The bridge publishes with core NATS and a reply subject of its own
-// instead of nats.go's JetStream async publisher, which arms a timer,
-// allocates a future with two channels and decodes the PubAck with
-// encoding/json for every message. Measured: BenchmarkPublish 44 → 31
-// allocations an acked result (the in-process server's included), and
-// BenchmarkKVCityFleet 7.3 → 4.2 CPU-µs a position (server included,
-// a courier write every third position). Results get one reply
-// subscription and one expiry loop for their ack timeouts (bridge.go), the
-// courier writes one channel the writer reads itself and one timer a chunk
-// (kvput.go). A reply is read here without decoding it, unless it is not
-// plainly a PubAck.
+// The courier writes are published with core NATS and a reply subject of
+// the bridge's own instead of nats.go's JetStream async publisher, which
+// arms a timer, allocates a future with two channels and decodes the
+// PubAck with encoding/json for every message: BenchmarkKVCityFleet 7.3 →
+// 4.2 CPU-µs a position (server included, a courier write every third
+// position). They get one channel the writer reads itself and one timer a
+// chunk (kvput.go). A reply is read here without decoding it, unless it is
+// not plainly a PubAck. Results still go through nats.go's publisher: the
+// same scheme for them (31 allocations an acked result instead of 44) was
+// taken back while a partition failover test that lost results twice with
+// it is not understood.
 
 // errAckTimeout is an attempt whose ack did not come within
 // Config.AckTimeout.
@@ -81,20 +81,4 @@ func pubAckError(m *nats.Msg) error {
 		return fmt.Errorf("reply %.100q is not a PubAck", m.Data)
 	}
 	return nil // a PubAck whose stream name holds "error"
-}
-
-// pubAckDuplicate reports whether a PubAck says "duplicate": true: the
-// stream already held the message id. The server writes that part by hand,
-// with a space after the colon, so it is matched loosely.
-func pubAckDuplicate(data []byte) bool {
-	const key = `"duplicate"`
-	i := bytes.Index(data, []byte(key))
-	if i < 0 {
-		return false
-	}
-	rest := bytes.TrimLeft(data[i+len(key):], " \t\r\n")
-	if len(rest) == 0 || rest[0] != ':' {
-		return false
-	}
-	return bytes.HasPrefix(bytes.TrimLeft(rest[1:], " \t\r\n"), []byte("true"))
 }

@@ -7,21 +7,6 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-func TestPubAckDuplicate(t *testing.T) {
-	for data, want := range map[string]bool{
-		`{"stream":"S","seq":7}`:                     false,
-		`{"stream":"S","seq":7,"duplicate":true}`:    true,
-		`{"stream":"S","seq":7,"duplicate": true}`:   true, // as the server writes it
-		`{"stream":"S","seq":7,"duplicate" : false}`: false,
-		`{"stream":"duplicate","seq":7}`:             false,
-		`{"stream":"S","seq":7,"duplicate":`:         false,
-	} {
-		if got := pubAckDuplicate([]byte(data)); got != want {
-			t.Errorf("pubAckDuplicate(%s) = %v, want %v", data, got, want)
-		}
-	}
-}
-
 func TestPubAckError(t *testing.T) {
 	noResponders := &nats.Msg{Header: nats.Header{"Status": []string{"503"}}}
 	cases := []struct {

@@ -67,9 +67,6 @@ const (
 	firstBackoff = 50 * time.Millisecond
 	// connPoll is how often a retry waiting for the connection checks it.
 	connPoll = 50 * time.Millisecond
-	// expireEvery is how often attempts are checked for their ack timeout
-	// (at most AckTimeout/2).
-	expireEvery = 100 * time.Millisecond
 	// errLogEvery rate-limits repeated error logs (an outage fails every
 	// pending result at once).
 	errLogEvery = 5 * time.Second
@@ -124,9 +121,6 @@ type item struct {
 	// by the retry loop after the hand-over through retryCh.
 	attempt   int
 	notBefore time.Time
-	// sentAt is when the current attempt went out (guarded by Bridge.mu),
-	// for its ack timeout.
-	sentAt time.Time
 }
 
 // Bridge publishes one market's results to JetStream. Its methods are safe
@@ -137,11 +131,8 @@ type Bridge struct {
 	js  jetstream.JetStream
 	// kvAcks is the courier writes' reply inbox (kvput.go).
 	kvAcks *kvAcks
-	// inbox numbers the results' attempts; replies receives their acks.
-	inbox   inbox
-	replies *nats.Subscription
-	log     *slog.Logger
-	now     func() time.Time // the KV writer's clock; tests may simulate it
+	log    *slog.Logger
+	now    func() time.Time // the KV writer's clock; tests may simulate it
 
 	// slots holds one token per accepted, unacked result: its capacity is
 	// the in-flight bound.
@@ -153,10 +144,9 @@ type Bridge struct {
 	mu          sync.Mutex
 	closed      bool
 	nextSeq     uint64
-	outstanding map[uint64]*item // every slot holder, by sequence
-	attempts    map[uint64]*item // current attempt of each item in flight, by number
-	nextAttempt uint64
-	progress    chan struct{} // closed at the next completion, if a Flush waits
+	outstanding map[uint64]*item    // every slot holder, by sequence
+	attempts    map[*nats.Msg]*item // current attempt of each item in flight
+	progress    chan struct{}       // closed at the next completion, if a Flush waits
 
 	closing   chan struct{} // closed when Close begins
 	stop      chan struct{} // closed to stop the goroutines
@@ -215,7 +205,7 @@ func open(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger, now 
 		slots:       make(chan struct{}, cfg.MaxPending),
 		retryCh:     make(chan *item, cfg.MaxPending),
 		outstanding: make(map[uint64]*item),
-		attempts:    make(map[uint64]*item),
+		attempts:    make(map[*nats.Msg]*item),
 		closing:     make(chan struct{}),
 		stop:        make(chan struct{}),
 		pubLog:      ratelog.Limiter{Every: errLogEvery},
@@ -226,7 +216,14 @@ func open(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger, now 
 		table:       kvTable{m: make(map[string]*courierEntry)},
 	}
 	b.in.space = sync.NewCond(&b.in.mu)
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(nc,
+		// The bridge's own slots are the real bound; the library's is set
+		// above it so that it never stalls a resend on stale entries.
+		jetstream.WithPublishAsyncMaxPending(2*cfg.MaxPending),
+		jetstream.WithPublishAsyncTimeout(cfg.AckTimeout),
+		jetstream.WithPublishAsyncAckHandler(b.onAck),
+		jetstream.WithPublishAsyncErrHandler(b.onErr),
+	)
 	if err != nil {
 		return nil, fmt.Errorf("bridge: open: jetstream: %w", err)
 	}
@@ -241,17 +238,11 @@ func open(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger, now 
 	if b.kvAcks, err = subscribeKVAcks(nc); err != nil {
 		return nil, fmt.Errorf("bridge: open: %w", err)
 	}
-	b.inbox = newInbox(nc)
-	if b.replies, err = nc.Subscribe(b.inbox.filter(), b.onReply); err != nil {
-		_ = b.kvAcks.sub.Unsubscribe()
-		return nil, fmt.Errorf("bridge: open: subscribe to the results' acks: %w", err)
-	}
 	b.streamOK.Store(true)
 
 	b.runCtx, b.cancelRun = context.WithCancel(context.Background())
-	b.wg.Add(3)
+	b.wg.Add(2)
 	go b.retryLoop()
-	go b.expireLoop()
 	go b.kvLoop()
 	return b, nil
 }
@@ -387,73 +378,58 @@ func (b *Bridge) Publish(ctx context.Context, subject, msgID string, payload []b
 	b.outstanding[it.seq] = it
 	b.mu.Unlock()
 
-	n, err := b.send(it)
+	msg, err := b.send(it)
 	if err != nil {
 		if errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadSubject) {
-			b.abandon(it, n)
+			b.abandon(it, msg)
 			return fmt.Errorf("bridge: publish %s: %w", msgID, err)
 		}
 		b.published.Add(1)
-		b.onErr(n, err)
+		b.onErr(nil, msg, err)
 		return nil
 	}
 	b.published.Add(1)
 	return nil
 }
 
-// send makes one publish attempt of it and returns the attempt's number.
-// The attempt is registered before the publish, as its ack may arrive
-// before PublishMsg returns. Each attempt has a number of its own, so a
-// late reply to an earlier, superseded one finds no registration and is
-// ignored.
-func (b *Bridge) send(it *item) (uint64, error) {
+// send makes one publish attempt of it. The attempt is registered before
+// the publish, as its ack may arrive before PublishMsgAsync returns.
+func (b *Bridge) send(it *item) (*nats.Msg, error) {
+	// A fresh Msg per attempt: callbacks of an earlier, superseded attempt
+	// find no registration and are ignored.
+	msg := &nats.Msg{Subject: it.subject, Header: it.hdr, Data: it.data}
 	b.mu.Lock()
-	n := b.nextAttempt
-	b.nextAttempt++
-	b.attempts[n] = it
-	it.sentAt = time.Now()
+	b.attempts[msg] = it
 	b.mu.Unlock()
-	return n, b.nc.PublishMsg(&nats.Msg{Subject: it.subject, Reply: b.inbox.reply(n), Header: it.hdr, Data: it.data})
+	_, err := b.js.PublishMsgAsync(msg)
+	return msg, err
 }
 
 // abandon forgets an item that can never be delivered and frees its slot.
-func (b *Bridge) abandon(it *item, n uint64) {
+func (b *Bridge) abandon(it *item, msg *nats.Msg) {
 	b.mu.Lock()
-	delete(b.attempts, n)
+	delete(b.attempts, msg)
 	delete(b.outstanding, it.seq)
 	b.signalLocked()
 	b.mu.Unlock()
 	<-b.slots
 }
 
-// onReply handles the stream's reply to an attempt. It runs on the reply
-// subscription's goroutine.
-func (b *Bridge) onReply(m *nats.Msg) {
-	n, ok := b.inbox.attempt(m.Subject)
-	if !ok {
-		return
-	}
-	if err := pubAckError(m); err != nil {
-		b.onErr(n, err)
-		return
-	}
-	b.onAck(n, pubAckDuplicate(m.Data))
-}
-
-// onAck completes the item of an acked attempt. It must not block.
-func (b *Bridge) onAck(n uint64, duplicate bool) {
+// onAck completes the item of an acked attempt. It runs on the nats.go
+// ack goroutine and must not block.
+func (b *Bridge) onAck(_ jetstream.JetStream, msg *nats.Msg, ack *jetstream.PubAck) {
 	b.mu.Lock()
-	it, ok := b.attempts[n]
+	it, ok := b.attempts[msg]
 	if !ok {
 		b.mu.Unlock()
 		return
 	}
-	delete(b.attempts, n)
+	delete(b.attempts, msg)
 	// Counted before Flush is woken: once it returns, Stats includes this
 	// ack.
 	b.acked.Add(1)
 	b.streamOK.Store(true)
-	if duplicate {
+	if ack != nil && ack.Duplicate {
 		b.duplicates.Add(1)
 	}
 	delete(b.outstanding, it.seq)
@@ -466,15 +442,15 @@ func (b *Bridge) onAck(n uint64, duplicate bool) {
 	<-b.slots
 }
 
-// onErr schedules a failed attempt for retry. It runs on the reply
-// subscription's goroutine, the expiry loop and the retry loop, and must
-// not block: the send to retryCh cannot, since every queued item holds one
-// of the slots retryCh has room for.
-func (b *Bridge) onErr(n uint64, err error) {
+// onErr schedules a failed attempt for retry. It runs on nats.go goroutines
+// (ack handler, timeout timer, reconnect watcher) and must not block: the
+// send to retryCh cannot, since every queued item holds one of the slots
+// retryCh has room for.
+func (b *Bridge) onErr(_ jetstream.JetStream, msg *nats.Msg, err error) {
 	b.mu.Lock()
-	it, ok := b.attempts[n]
+	it, ok := b.attempts[msg]
 	if ok {
-		delete(b.attempts, n)
+		delete(b.attempts, msg)
 	}
 	b.mu.Unlock()
 	if !ok {
@@ -526,47 +502,9 @@ func (b *Bridge) retryLoop() {
 			b.recreateStream()
 		}
 		b.retries.Add(1)
-		if n, err := b.send(it); err != nil {
-			b.onErr(n, err)
+		if msg, err := b.send(it); err != nil {
+			b.onErr(nil, msg, err)
 		}
-	}
-}
-
-// expireLoop fails the attempts that got no reply within Config.AckTimeout,
-// and every attempt in flight when the connection has reconnected since
-// the last look: replies to the old connection are lost, and waiting out
-// the timeout would only delay the resends (the stream drops the copies it
-// already holds).
-func (b *Bridge) expireLoop() {
-	defer b.wg.Done()
-	t := time.NewTicker(max(min(expireEvery, b.cfg.AckTimeout/2), time.Millisecond))
-	defer t.Stop()
-	reconnects := b.nc.Stats().Reconnects
-	var due []uint64
-	for {
-		select {
-		case <-b.stop:
-			return
-		case <-t.C:
-		}
-		r := b.nc.Stats().Reconnects
-		err := errAckTimeout
-		if r != reconnects {
-			err = nats.ErrDisconnected
-		}
-		now := time.Now()
-		b.mu.Lock()
-		for n, it := range b.attempts {
-			if r != reconnects || now.Sub(it.sentAt) >= b.cfg.AckTimeout {
-				due = append(due, n)
-			}
-		}
-		b.mu.Unlock()
-		reconnects = r
-		for _, n := range due {
-			b.onErr(n, err)
-		}
-		due = due[:0]
 	}
 }
 
@@ -667,8 +605,8 @@ func (b *Bridge) Connected() bool { return b.nc.IsConnected() }
 
 // Close stops accepting results, waits (bounded by ctx) until every
 // accepted result is acked, stops the goroutines, writes the courier states
-// still waiting (bounded by ctx), and drops the bridge's reply
-// subscriptions. It does not close the *nats.Conn. The error reports results
+// still waiting (bounded by ctx), and releases the bridge's JetStream
+// publisher. It does not close the *nats.Conn. The error reports results
 // left unacknowledged or states left unwritten. Later calls return the
 // first call's result.
 func (b *Bridge) Close(ctx context.Context) error {
@@ -690,7 +628,9 @@ func (b *Bridge) Close(ctx context.Context) error {
 		now := b.now()
 		b.drain(now)
 		kvErr := b.writeKV(ctx, now, true, true)
-		_ = b.replies.Unsubscribe()
+		// Fails what is still in flight (the callbacks find nothing to
+		// retry any more) and drops the reply subscriptions.
+		b.js.CleanupPublisher()
 		_ = b.kvAcks.sub.Unsubscribe()
 		if flushErr != nil || kvErr != nil {
 			b.closeErr = fmt.Errorf("bridge: close: %w", errors.Join(flushErr, kvErr))
