@@ -431,6 +431,9 @@ func (b *Bridge) onAck(_ jetstream.JetStream, msg *nats.Msg, ack *jetstream.PubA
 	b.streamOK.Store(true)
 	if ack != nil && ack.Duplicate {
 		b.duplicates.Add(1)
+		// Rare, and the one ack that says nothing of this attempt's own
+		// message: worth a trail when a result is missing downstream.
+		b.log.Debug("bridge: result already in the stream", "msg_id", it.hdr.Get(jetstream.MsgIDHeader), "seq", ack.Sequence)
 	}
 	delete(b.outstanding, it.seq)
 	b.signalLocked()

@@ -44,6 +44,8 @@ http:
   listen: %s
 windows:
   idle_timeout: 0s
+log:
+  level: debug # the processes' trail of checkpoints and results, shown when a test fails
 `, partitions, strings.Count(url, ",")+1, jetstream, url, listen)
 }
 

@@ -190,6 +190,12 @@ func TestProcesses_Kill9AndNodeLossEqualReplay(t *testing.T) {
 	})
 	for _, p := range survivors {
 		reportCPU(t, p)
+		if _, parts, err := p.status(); err == nil {
+			for _, s := range parts {
+				t.Logf("instance %s partition %d: owned %v epoch %d processed %d checkpoint %d takeovers %d fenced %d dropped %d caught up %d",
+					p.name, s.Partition, s.Owned, s.Epoch, s.Processed, s.Checkpoint, s.Takeovers, s.Fenced, s.Dropped, s.CaughtUp)
+			}
+		}
 	}
 	for _, p := range survivors {
 		if err := p.p.Stop(30 * time.Second); err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -296,8 +297,10 @@ func (t *term) sink(rs []result.Record) {
 	}
 	if t.fenced.Load() {
 		p.dropped.Add(uint64(len(rs)))
+		t.logResults("results dropped: the term is over", rs)
 		return
 	}
+	t.logResults("results to the bridge", rs)
 	p.firstResultAt.CompareAndSwap(0, now)
 	p.lastResultAt.Store(now)
 	br := p.r.br
@@ -324,6 +327,7 @@ func (t *term) sink(rs []result.Record) {
 			if ctx.Err() != nil {
 				t.fence()
 				p.dropped.Add(uint64(len(rs) - i))
+				t.logResults("results dropped: the lease ended while publishing", rs[i:])
 				return
 			}
 			p.dropped.Add(1)
@@ -388,9 +392,22 @@ func (t *term) record(seq uint64, snap []byte) error {
 	}
 	t.rev.Store(rev)
 	p.ckptSeq.Store(seq)
+	p.r.log.Debug("checkpoint recorded", "partition", p.n, "epoch", t.epoch, "seq", seq, "revision", rev)
 	if old := t.object; old != "" && old != name {
 		_ = p.r.obs.Delete(ctx, old)
 	}
 	t.object = name
 	return nil
+}
+
+// logResults leaves a trail of where a term's results went, at debug
+// level: one line per hand-over, naming its first and last keys, so that a
+// result missing downstream can be traced to the term that had it.
+func (t *term) logResults(msg string, rs []result.Record) {
+	log := t.p.r.log
+	if len(rs) == 0 || !log.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	log.Debug(msg, "partition", t.p.n, "epoch", t.epoch, "applied_seq", t.p.processed.Load(), "results", len(rs),
+		"first", rs[0].Key(), "last", rs[len(rs)-1].Key())
 }
