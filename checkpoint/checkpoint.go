@@ -165,13 +165,17 @@ func (s *Store) path(tag uint64) string {
 
 // Encode returns the file bytes of a checkpoint of snapshot at tag.
 func Encode(tag uint64, snapshot []byte) []byte {
-	b := make([]byte, 0, headerSize+len(snapshot)+trailer)
+	b := appendHeader(make([]byte, 0, headerSize+len(snapshot)+trailer), tag, len(snapshot))
+	b = append(b, snapshot...)
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+}
+
+// appendHeader appends the bytes before a snapshot of n bytes.
+func appendHeader(b []byte, tag uint64, n int) []byte {
 	b = append(b, magic...)
 	b = binary.BigEndian.AppendUint32(b, Version)
 	b = binary.BigEndian.AppendUint64(b, tag)
-	b = binary.BigEndian.AppendUint64(b, uint64(len(snapshot)))
-	b = append(b, snapshot...)
-	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+	return binary.BigEndian.AppendUint64(b, uint64(n))
 }
 
 // Decode parses the bytes of a checkpoint file. The returned snapshot
@@ -221,8 +225,7 @@ func Read(path string) (Checkpoint, error) {
 func (s *Store) Write(tag uint64, snapshot []byte) (Checkpoint, error) {
 	final := s.path(tag)
 	tmp := final + tmpSuffix
-	b := Encode(tag, snapshot)
-	if err := writeSync(tmp, b); err != nil {
+	if err := writeSync(tmp, tag, snapshot); err != nil {
 		_ = os.Remove(tmp)
 		return Checkpoint{}, err
 	}
@@ -242,17 +245,25 @@ func (s *Store) Write(tag uint64, snapshot []byte) (Checkpoint, error) {
 	if err := s.prune(); err != nil {
 		return Checkpoint{}, err
 	}
-	return Checkpoint{Tag: tag, Snapshot: snapshot, Path: final, Size: int64(len(b))}, nil
+	return Checkpoint{Tag: tag, Snapshot: snapshot, Path: final, Size: int64(headerSize + len(snapshot) + trailer)}, nil
 }
 
-func writeSync(path string, b []byte) error {
+// writeSync writes the file Encode would give, without making it: the
+// header, the snapshot and the trailer in turn, so a large snapshot (tens
+// of MB for a city's couriers) is not copied once more per checkpoint.
+func writeSync(path string, tag uint64, snapshot []byte) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, private.FileMode)
 	if err != nil {
 		return fmt.Errorf("create %s: %w", path, err)
 	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
+	head := appendHeader(make([]byte, 0, headerSize+trailer), tag, len(snapshot))
+	crc := crc32.Update(crc32.Checksum(head, castagnoli), castagnoli, snapshot)
+	tail := binary.BigEndian.AppendUint32(head[headerSize:], crc)
+	for _, b := range [][]byte{head[:headerSize], snapshot, tail} {
+		if _, err := f.Write(b); err != nil {
+			f.Close()
+			return fmt.Errorf("write %s: %w", path, err)
+		}
 	}
 	if err := f.Sync(); err != nil {
 		f.Close()
