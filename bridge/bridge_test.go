@@ -309,7 +309,7 @@ func TestClose(t *testing.T) {
 		t.Errorf("second close: got %v, want nil", err)
 	}
 	// The KV calls after Close are ignored, without blocking or panicking.
-	b.UpdatePosition(nil, []byte("van-1"), 1, 1, 1)
+	b.UpdatePosition([]byte("van-1"), 1, 1, 1)
 	b.MarkNoSignal("van-1", 1, 1, 1)
 	b.MarkOnline("van-1")
 	b.UpdateCourier(bridge.CourierState{Courier: "van-1", Status: bridge.StatusOnline})

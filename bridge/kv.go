@@ -78,9 +78,8 @@ const (
 // kvUpdate is one call waiting in the inbox.
 type kvUpdate struct {
 	kind         updKind
-	tagged       *courierEntry // updPosition with a tag: the tag's entry, which holds the id
-	idOff, idLen int32         // updPosition without one: the courier id in kvInbox.ids
-	id           string        // the others
+	idOff, idLen int32  // updPosition: the courier id in kvInbox.ids
+	id           string // the others
 	ts           int64
 	lat, lon     float64
 	cell, status string // updState
@@ -96,22 +95,12 @@ type kvInbox struct {
 }
 
 // courierEntry is the table's view of one courier.
-//
-// An entry is also what UpdatePosition leaves in its caller's tag, so that
-// the writer finds a courier's entry without a lookup by name. Such an
-// entry is made by the caller, with the id alone, and from then on only
-// the writer touches it. It need not be the one in the table: the table
-// may have evicted it, or known the courier already (by another path, or
-// from before the engine forgot the courier); fwd then points to the one
-// that is.
 type courierEntry struct {
 	state      CourierState // newest state, written or not
 	dirty      bool         // state not yet written
 	urgent     bool         // queued in kvTable.urgent: write at once
-	listed     bool         // in kvTable.m (and its list)
 	lastWrite  time.Time
 	prev, next *courierEntry // least recently updated first
-	fwd        *courierEntry // for a tag's entry that is not listed: the courier's entry that was
 }
 
 // kvTable is owned by the writer goroutine (and by Close once it stopped).
@@ -182,38 +171,10 @@ func (t *kvTable) markUrgent(e *courierEntry) {
 // entry returns the courier's entry, adding it (and making room) if it is
 // new; add reports which.
 func entry[S string | []byte](b *Bridge, courier S) (e *courierEntry, added bool) {
-	if e := b.table.m[string(courier)]; e != nil { // no allocation for a lookup
-		return e, false
-	}
-	e = &courierEntry{}
-	e.state.Courier = string(courier)
-	b.list(e)
-	return e, true
-}
-
-// tagged is entry for the entry a tag holds.
-func (b *Bridge) tagged(h *courierEntry) (e *courierEntry, added bool) {
-	if h.listed {
-		return h, false
-	}
-	if h.fwd != nil && h.fwd.listed {
-		return h.fwd, false
-	}
-	if e := b.table.m[h.state.Courier]; e != nil {
-		h.fwd = e
-		return e, false
-	}
-	// Evicted, or never listed: it comes back as a new courier. A queued
-	// urgent write of its evicted self skips it (urgent was cleared).
-	*h = courierEntry{state: CourierState{Courier: h.state.Courier}}
-	b.list(h)
-	return h, true
-}
-
-// list adds a new courier's entry to the table, evicting the least
-// recently updated one at Config.MaxCouriers.
-func (b *Bridge) list(e *courierEntry) {
 	t := &b.table
+	if e := t.m[string(courier)]; e != nil { // no allocation for a lookup
+		return e, false
+	}
 	if len(t.m) >= b.cfg.MaxCouriers {
 		old := t.head
 		t.unlink(old)
@@ -221,13 +182,15 @@ func (b *Bridge) list(e *courierEntry) {
 		if old.dirty {
 			t.evicted = append(t.evicted, old.state)
 		}
-		old.dirty, old.urgent, old.listed = false, false, false // a queued urgent write skips it
+		old.dirty, old.urgent = false, false // a queued urgent write skips it
 		b.kvEvicted.Add(1)
 	}
-	e.listed = true
+	e = &courierEntry{}
+	e.state.Courier = string(courier)
 	t.m[e.state.Courier] = e
 	t.pushBack(e)
 	b.kvCouriers.Store(int64(len(t.m)))
+	return e, true
 }
 
 // push appends u (and, for a position, its courier id) to the inbox; it
@@ -265,31 +228,12 @@ func (b *Bridge) push(u kvUpdate, id []byte) bool {
 // known for the courier is ignored, so a late or duplicate position never
 // moves it back; a newer one sets the status to StatusOnline (written at
 // once if it was not). Writes are coalesced as the package doc says.
-//
-// tag, when not nil, is the caller's slot for this courier and no other
-// (the engine's Config.OnPosition tag): UpdatePosition keeps the courier's entry there
-// (allocating it at the courier's first position), and the writer then
-// finds the entry without looking the courier up in its table, a lookup
-// that misses the caches on nearly every position of a large fleet.
-func (b *Bridge) UpdatePosition(tag *any, courier []byte, ts int64, lat, lon float64) {
+func (b *Bridge) UpdatePosition(courier []byte, ts int64, lat, lon float64) {
 	if len(courier) == 0 {
 		b.kvRefused.Add(1)
 		return
 	}
-	u := kvUpdate{kind: updPosition, ts: ts, lat: lat, lon: lon}
-	if tag == nil {
-		b.push(u, courier)
-		return
-	}
-	// The caller reads nothing of the entry (it is the writer's once
-	// pushed), so a tag must stay one courier's.
-	h, _ := (*tag).(*courierEntry)
-	if h == nil {
-		h = &courierEntry{state: CourierState{Courier: string(courier)}}
-		*tag = h
-	}
-	u.tagged = h
-	b.push(u, nil)
+	b.push(kvUpdate{kind: updPosition, ts: ts, lat: lat, lon: lon}, courier)
 }
 
 // MarkNoSignal sets a courier's status to StatusNoSignal, with the latest
@@ -399,9 +343,7 @@ func (b *Bridge) apply(u *kvUpdate, ids []byte) {
 		e     *courierEntry
 		added bool
 	)
-	if u.tagged != nil {
-		e, added = b.tagged(u.tagged)
-	} else if u.kind == updPosition {
+	if u.kind == updPosition {
 		e, added = entry(b, ids[u.idOff:u.idOff+u.idLen])
 	} else if u.kind == updOnline {
 		if e = t.m[u.id]; e == nil {

@@ -47,7 +47,7 @@ func BenchmarkKVCityFleet(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer br.Close(context.Background())
-	ids, tags := make([][]byte, couriers), make([]any, couriers) // tags: the engine's, one per courier
+	ids := make([][]byte, couriers)
 	for i := range ids {
 		ids[i] = fmt.Appendf(nil, "courier-%05d", i)
 	}
@@ -59,7 +59,7 @@ func BenchmarkKVCityFleet(b *testing.B) {
 	for i := range b.N {
 		c := i % couriers
 		ts := now().UnixMilli()
-		br.UpdatePosition(&tags[c], ids[c], ts, 41.9+float64(c)*1e-5, 2.8+float64(i/couriers)*1e-5)
+		br.UpdatePosition(ids[c], ts, 41.9+float64(c)*1e-5, 2.8+float64(i/couriers)*1e-5)
 		simNanos.Add(int64(step))
 		if (i+1)%perTick == 0 {
 			br.TickKV()
@@ -80,7 +80,8 @@ func BenchmarkKVCityFleet(b *testing.B) {
 
 // BenchmarkKVCityFleetWallClock is BenchmarkKVCityFleet on the wall clock,
 // at the fleet's real rate (so -benchtime 50000x takes 10 s), using only
-// Open, UpdatePosition and Stats, for before/after figures.
+// Open, UpdatePosition and Stats: it runs unchanged against older bridges,
+// for before/after figures.
 func BenchmarkKVCityFleetWallClock(b *testing.B) {
 	const (
 		couriers = 25_000
@@ -89,7 +90,7 @@ func BenchmarkKVCityFleetWallClock(b *testing.B) {
 	srv := testenv.StartNATS(b)
 	nc := srv.Connect(b)
 	br := mustOpen(b, nc, bridge.Config{Market: "girona", ComputeCell: true, CellResolution: 9, MaxCouriers: 200_000})
-	ids, tags := make([][]byte, couriers), make([]any, couriers) // tags: the engine's, one per courier
+	ids := make([][]byte, couriers)
 	for i := range ids {
 		ids[i] = fmt.Appendf(nil, "courier-%05d", i)
 	}
@@ -97,7 +98,7 @@ func BenchmarkKVCityFleetWallClock(b *testing.B) {
 	start, cpu0 := time.Now(), processCPU(b)
 	for i := range b.N {
 		c := i % couriers
-		br.UpdatePosition(&tags[c], ids[c], time.Now().UnixMilli(), 41.9+float64(c)*1e-5, 2.8)
+		br.UpdatePosition(ids[c], time.Now().UnixMilli(), 41.9+float64(c)*1e-5, 2.8)
 		if (i+1)%perStep == 0 {
 			time.Sleep(time.Until(start.Add(time.Duration((i+1)/perStep) * 100 * time.Millisecond)))
 		}
@@ -117,7 +118,7 @@ func BenchmarkUpdatePosition(b *testing.B) {
 	srv := testenv.StartNATS(b)
 	nc := srv.Connect(b)
 	br := mustOpen(b, nc, bridge.Config{Market: "girona", KVInterval: time.Hour})
-	ids, tags := make([][]byte, 25_000), make([]any, 25_000)
+	ids := make([][]byte, 25_000)
 	for i := range ids {
 		ids[i] = fmt.Appendf(nil, "courier-%05d", i)
 	}
@@ -125,14 +126,14 @@ func BenchmarkUpdatePosition(b *testing.B) {
 	// figure is the steady state, not the first sight of a fleet.
 	for range 3 {
 		for i, id := range ids {
-			br.UpdatePosition(&tags[i], id, int64(1+i), 41.9, 2.8)
+			br.UpdatePosition(id, int64(1+i), 41.9, 2.8)
 		}
 		br.ScanKV()
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
-		br.UpdatePosition(&tags[i%len(ids)], ids[i%len(ids)], int64(len(ids)+i), 41.9, 2.8)
+		br.UpdatePosition(ids[i%len(ids)], int64(len(ids)+i), 41.9, 2.8)
 	}
 	b.StopTimer()
 	// Waits mean the caller outran the writer's apply step (this loop

@@ -143,7 +143,7 @@ func TestKV_NewestWinsAfterWrite(t *testing.T) {
 	cfg := bridge.Config{Market: "girona", KVInterval: 50 * time.Millisecond}
 	b := mustOpen(t, nc, cfg)
 	bucket := b.Config().KVBucket
-	b.UpdatePosition(nil, []byte("van-1"), 400, 1, 2)
+	b.UpdatePosition([]byte("van-1"), 400, 1, 2)
 	if _, _, ok := waitKV(t, nc, bucket, "van-1", 5*time.Second, func(cs bridge.CourierState) bool { return cs.TS == 400 }); !ok {
 		t.Fatal("position never written")
 	}
@@ -177,7 +177,7 @@ func TestKV_UnackedWriteIsRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	swallow, sub := swallowing(t, srv, "$KV."+bucket+".>")
-	b.UpdatePosition(nil, []byte("van-1"), 100, 1, 2)
+	b.UpdatePosition([]byte("van-1"), 100, 1, 2)
 	for i := range 2 {
 		select {
 		case <-swallow:

@@ -61,15 +61,7 @@ type Config struct {
 	// ones included: their status is decided later, by the shards).
 	// courier is only valid during the call. The live service uses it for
 	// the courier key-value bucket; it must be cheap and must not block.
-	//
-	// tag is a slot the sequencer keeps with the tracked courier for the
-	// callee: nil at the courier's first position (and at the first one
-	// after it was forgotten), and whatever the callee stores in it comes
-	// back with the courier's next positions. It lets the callee find its
-	// own state for the courier without a lookup by name: a map lookup of
-	// one of thousands of couriers misses the caches on nearly every
-	// position, and the sequencer has just done one.
-	OnPosition func(tag *any, courier []byte, ts int64, lat, lon float64)
+	OnPosition func(courier []byte, ts int64, lat, lon float64)
 	// OnForget, when set, is called from the sequencer with every courier
 	// that stops being tracked: forgotten after RestoreTTL, or evicted to
 	// make room at MaxCouriers. Like OnPosition, it must not block.
@@ -236,7 +228,7 @@ func (e *Engine) Push(in *Input) {
 		c.names = append(c.names, p.Courier...)
 		e.observe(c, seq, t, p.TS)
 		if e.cfg.OnPosition != nil {
-			e.cfg.OnPosition(&t.tag, p.Courier, p.TS, p.Lat, p.Lon)
+			e.cfg.OnPosition(p.Courier, p.TS, p.Lat, p.Lon)
 		}
 	}
 	if c.inputs++; c.inputs >= e.cfg.ChunkSize {

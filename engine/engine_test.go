@@ -77,40 +77,6 @@ func TestEngine_OnForget(t *testing.T) {
 	}
 }
 
-// TestEngine_OnPositionTagIsTheCouriers checks the tag's contract: nil at
-// a courier's first position, what the callee stored there at its next
-// ones, one slot per courier, and nil again once the courier has been
-// forgotten.
-func TestEngine_OnPositionTagIsTheCouriers(t *testing.T) {
-	type seen struct {
-		courier string
-		tag     any
-	}
-	var got []seen
-	cfg := liveConfig()
-	cfg.RestoreTTL, cfg.IdleTimeout = 120_000, 0
-	cfg.OnPosition = func(tag *any, courier []byte, ts int64, lat, lon float64) {
-		got = append(got, seen{string(courier), *tag})
-		*tag = fmt.Sprintf("%s@%d", courier, ts)
-	}
-	e := New(cfg, func([]result.Record) {})
-	e.Push(input("a", t0, t0))
-	e.Push(input("b", t0+1_000, t0+1_000))
-	e.Push(input("a", t0+2_000, t0+2_000))
-	e.Push(input("b", t0+3_000, t0+3_000))
-	e.Push(input("c", t0+300_000, t0+300_000)) // wm t0+290s: a and b forgotten (restore_ttl 120 s)
-	e.Push(input("a", t0+301_000, t0+301_000))
-	e.Stop()
-	want := []seen{
-		{"a", nil}, {"b", nil},
-		{"a", fmt.Sprintf("a@%d", t0)}, {"b", fmt.Sprintf("b@%d", t0+1_000)},
-		{"c", nil}, {"a", nil},
-	}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("got %v, want %v", got, want)
-	}
-}
-
 func TestEngine_EndsOnce(t *testing.T) {
 	var c collector
 	e := New(liveConfig(), c.sink)
@@ -168,7 +134,7 @@ func TestEngine_TopicCourierMismatch(t *testing.T) {
 func TestEngine_OnPositionSeesValidPositionsOnly(t *testing.T) {
 	var seen []string
 	cfg := liveConfig()
-	cfg.OnPosition = func(_ *any, courier []byte, ts int64, lat, lon float64) { seen = append(seen, string(courier)) }
+	cfg.OnPosition = func(courier []byte, ts int64, lat, lon float64) { seen = append(seen, string(courier)) }
 	e := New(cfg, func([]result.Record) {})
 	e.Push(input("a", t0, t0))
 	e.Push(&Input{Payload: []byte(`{"courier":"b"}`), Topic: "km0/m/positions/b", Arrival: t0, HasArrival: true})

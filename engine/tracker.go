@@ -47,7 +47,6 @@ type tracked struct {
 	ahead []int64
 	shard int32 // shardOf(name)
 	slot  int32 // its index in the shard's table
-	tag   any   // Config.OnPosition's
 }
 
 type heapEntry struct {

@@ -67,13 +67,13 @@ func (l *boardListener) Close() error {
 
 // onPosition is the engine's OnPosition: every valid position goes to the
 // courier bucket and, at the same point, to the board.
-func (m *market) onPosition(br *bridge.Bridge) func(tag *any, courier []byte, ts int64, lat, lon float64) {
+func (m *market) onPosition(br *bridge.Bridge) func(courier []byte, ts int64, lat, lon float64) {
 	if m.snk.board == nil {
 		return br.UpdatePosition
 	}
 	f := m.snk.board
-	return func(tag *any, courier []byte, ts int64, lat, lon float64) {
-		br.UpdatePosition(tag, courier, ts, lat, lon)
+	return func(courier []byte, ts int64, lat, lon float64) {
+		br.UpdatePosition(courier, ts, lat, lon)
 		f.Position(courier, ts, lat, lon)
 	}
 }
