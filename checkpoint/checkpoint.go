@@ -218,14 +218,17 @@ func Read(path string) (Checkpoint, error) {
 	return Checkpoint{Tag: tag, Snapshot: snap, Path: path, Size: int64(len(b))}, nil
 }
 
-// Write stores snapshot as the checkpoint of tag, atomically and durably,
-// then deletes all but the newest Keep good checkpoints (see the package
-// doc). A failure (disk full, read-only) leaves the previous checkpoints as
-// they were and is returned naming the path.
-func (s *Store) Write(tag uint64, snapshot []byte) (Checkpoint, error) {
+// Write stores the snapshot made of parts (their concatenation, as
+// engine.Checkpoint hands it over) as the checkpoint of tag, atomically and
+// durably, then deletes all but the newest Keep good checkpoints (see the
+// package doc). A failure (disk full, read-only) leaves the previous
+// checkpoints as they were and is returned naming the path. The returned
+// Checkpoint has no Snapshot: the caller holds it.
+func (s *Store) Write(tag uint64, parts ...[]byte) (Checkpoint, error) {
 	final := s.path(tag)
 	tmp := final + tmpSuffix
-	if err := writeSync(tmp, tag, snapshot); err != nil {
+	n, err := writeSync(tmp, tag, parts)
+	if err != nil {
 		_ = os.Remove(tmp)
 		return Checkpoint{}, err
 	}
@@ -245,34 +248,54 @@ func (s *Store) Write(tag uint64, snapshot []byte) (Checkpoint, error) {
 	if err := s.prune(); err != nil {
 		return Checkpoint{}, err
 	}
-	return Checkpoint{Tag: tag, Snapshot: snapshot, Path: final, Size: int64(headerSize + len(snapshot) + trailer)}, nil
+	return Checkpoint{Tag: tag, Path: final, Size: n}, nil
 }
 
-// writeSync writes the file Encode would give, without making it: the
-// header, the snapshot and the trailer in turn, so a large snapshot (tens
-// of MB for a city's couriers) is not copied once more per checkpoint.
-func writeSync(path string, tag uint64, snapshot []byte) error {
+// writeSync writes the file Encode would give for the concatenation of
+// parts, without making it: the header, each part and the trailer in turn,
+// so a large snapshot (tens of MB for a city's couriers) is not copied
+// whole. It returns the file's size.
+func writeSync(path string, tag uint64, parts [][]byte) (int64, error) {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, private.FileMode)
 	if err != nil {
-		return fmt.Errorf("create %s: %w", path, err)
+		return 0, fmt.Errorf("create %s: %w", path, err)
 	}
-	head := appendHeader(make([]byte, 0, headerSize+trailer), tag, len(snapshot))
-	crc := crc32.Update(crc32.Checksum(head, castagnoli), castagnoli, snapshot)
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+	}
+	head := appendHeader(make([]byte, 0, headerSize+trailer), tag, n)
+	crc := crc32.Checksum(head, castagnoli)
+	for _, p := range parts {
+		crc = crc32.Update(crc, castagnoli, p)
+	}
 	tail := binary.BigEndian.AppendUint32(head[headerSize:], crc)
-	for _, b := range [][]byte{head[:headerSize], snapshot, tail} {
+	write := func(b []byte) error {
 		if _, err := f.Write(b); err != nil {
 			f.Close()
 			return fmt.Errorf("write %s: %w", path, err)
 		}
+		return nil
+	}
+	if err := write(head[:headerSize]); err != nil {
+		return 0, err
+	}
+	for _, p := range parts {
+		if err := write(p); err != nil {
+			return 0, err
+		}
+	}
+	if err := write(tail); err != nil {
+		return 0, err
 	}
 	if err := f.Sync(); err != nil {
 		f.Close()
-		return fmt.Errorf("fsync %s: %w", path, err)
+		return 0, fmt.Errorf("fsync %s: %w", path, err)
 	}
 	if err := f.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", path, err)
+		return 0, fmt.Errorf("close %s: %w", path, err)
 	}
-	return nil
+	return int64(headerSize + n + trailer), nil
 }
 
 // syncDir makes a rename or removal in dir durable.

@@ -74,6 +74,23 @@ func TestWriteLoad_RoundTrip(t *testing.T) {
 	}
 }
 
+// TestWrite_PartsAreOneSnapshot: a snapshot handed over in parts is
+// stored as their concatenation.
+func TestWrite_PartsAreOneSnapshot(t *testing.T) {
+	s := mustStore(t)
+	whole := []byte("EDGEPROC-STATE\nheader|shard 0|shard 1")
+	w, err := s.Write(9, whole[:20], nil, whole[20:28], whole[28:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(w.Path); err != nil || !bytes.Equal(b, Encode(9, whole)) || w.Size != int64(len(b)) {
+		t.Fatalf("file at %s (err %v, size %d) is not Encode's bytes of the concatenation", w.Path, err, w.Size)
+	}
+	if c, ok, _, err := s.Load(); err != nil || !ok || c.Tag != 9 || !bytes.Equal(c.Snapshot, whole) {
+		t.Fatalf("Load: got tag %d, %q, ok %v, err %v; want tag 9 and the whole snapshot", c.Tag, c.Snapshot, ok, err)
+	}
+}
+
 func TestLoad_EmptyDirHasNone(t *testing.T) {
 	s := mustStore(t)
 	_, ok, skipped, err := s.Load()

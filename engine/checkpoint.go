@@ -37,6 +37,10 @@ var (
 // result of those inputs. done is called from a goroutine of the engine's
 // (Stop waits for it); it may block without stopping the engine.
 //
+// The snapshot comes as its parts (a header, then one per shard), whose
+// concatenation is what Restore reads: a city's state is tens of MB, and
+// the parts go to a file or a store as they are, never copied whole.
+//
 // Intake goes on meanwhile: a shard saves its couriers copy-on-write, a
 // courier about to change after the barrier first, the others whenever the
 // shard has no chunk waiting, so no shard stops for the whole state.
@@ -44,7 +48,7 @@ var (
 // The snapshot holds state by courier, not by shard: Restore accepts it
 // under any shard count. tag is stored in it and returned by Restore (the
 // live service stores the write-ahead-log index the snapshot reflects).
-func (e *Engine) Checkpoint(tag uint64, done func(snapshot []byte)) {
+func (e *Engine) Checkpoint(tag uint64, done func(snapshot [][]byte)) {
 	c := e.take()
 	j := &snapshotJob{header: e.appendHeader(nil, tag), parts: make([][]byte, len(e.shards)), done: done, wg: &e.wg}
 	j.left.Store(int32(len(e.shards) + 1)) // every shard, and the merger
@@ -57,13 +61,12 @@ type snapshotJob struct {
 	header []byte
 	parts  [][]byte // by shard, each written only by its shard
 	left   atomic.Int32
-	done   func([]byte)
+	done   func([][]byte)
 	wg     *sync.WaitGroup // the engine's
 }
 
-// arrive marks one part done. The last one hands the assembly (a copy of
-// the whole state) to a goroutine of its own, so that neither a shard nor
-// the merger stops for it.
+// arrive marks one part done. The last one calls done on a goroutine of
+// its own, so that neither a shard nor the merger waits for it.
 func (j *snapshotJob) arrive() {
 	if j.left.Add(-1) != 0 {
 		return
@@ -73,21 +76,8 @@ func (j *snapshotJob) arrive() {
 	j.wg.Add(1)
 	go func() {
 		defer j.wg.Done()
-		j.done(j.assemble())
+		j.done(append([][]byte{j.header}, j.parts...))
 	}()
-}
-
-func (j *snapshotJob) assemble() []byte {
-	n := len(j.header)
-	for _, p := range j.parts {
-		n += len(p)
-	}
-	b := make([]byte, 0, n)
-	b = append(b, j.header...)
-	for _, p := range j.parts {
-		b = append(b, p...)
-	}
-	return b
 }
 
 // shardSnap is a shard's snapshot in progress.

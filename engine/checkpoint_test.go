@@ -70,7 +70,7 @@ func TestCheckpoint_RestoreContinuesExactly(t *testing.T) {
 				a.Push(&ins[i])
 			}
 			var snap []byte
-			a.Checkpoint(uint64(cut), func(s []byte) { snap = s })
+			a.Checkpoint(uint64(cut), func(s [][]byte) { snap = bytes.Join(s, nil) })
 			a.Stop()
 			if snap == nil {
 				t.Fatalf("seed %d: no snapshot after Stop", seed)
@@ -102,7 +102,7 @@ func snapshotOf(t *testing.T, cfg Config, ins []Input) []byte {
 		e.Push(&ins[i])
 	}
 	var snap []byte
-	e.Checkpoint(7, func(s []byte) { snap = s })
+	e.Checkpoint(7, func(s [][]byte) { snap = bytes.Join(s, nil) })
 	e.Stop()
 	return snap
 }
@@ -195,7 +195,7 @@ func TestCheckpoint_CopyOnWriteUnderIntake(t *testing.T) {
 		for i := range ins[:cut] {
 			a.Push(&ins[i])
 		}
-		a.Checkpoint(1, func(s []byte) { snaps <- s })
+		a.Checkpoint(1, func(s [][]byte) { snaps <- bytes.Join(s, nil) })
 		for i := cut; i < len(ins); i++ { // intake goes on during the snapshot
 			a.Push(&ins[i])
 		}
@@ -230,7 +230,7 @@ func TestCheckpoint_FastClockDuplicateAcrossRestore(t *testing.T) {
 	a := New(cfg, sink)
 	a.Push(&ins[0])
 	var snap []byte
-	a.Checkpoint(1, func(s []byte) { snap = s })
+	a.Checkpoint(1, func(s [][]byte) { snap = bytes.Join(s, nil) })
 	a.Stop()
 	b, _, err := Restore(cfg, sink, snap)
 	if err != nil {

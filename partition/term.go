@@ -1,10 +1,12 @@
 package partition
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -350,7 +352,7 @@ func (t *term) checkpoint(after func()) bool {
 		return false
 	}
 	seq := t.last
-	t.eng.Checkpoint(seq, func(snap []byte) {
+	t.eng.Checkpoint(seq, func(snap [][]byte) {
 		defer t.ckptBusy.Store(false)
 		if after != nil {
 			defer after()
@@ -366,7 +368,7 @@ func (t *term) checkpoint(after func()) bool {
 // points the checkpoint record at it by compare-and-set; a revision
 // mismatch means another instance claimed the partition: the term is
 // fenced.
-func (t *term) record(seq uint64, snap []byte) error {
+func (t *term) record(seq uint64, snap [][]byte) error {
 	p := t.p
 	ctx, cancel := context.WithTimeout(t.pubCtx, opTimeout)
 	defer cancel()
@@ -377,7 +379,7 @@ func (t *term) record(seq uint64, snap []byte) error {
 		return errFenced
 	}
 	name := fmt.Sprintf("%s-e%d-s%d", p.key, t.epoch, seq)
-	if _, err := p.r.obs.PutBytes(ctx, name, snap); err != nil {
+	if _, err := p.r.obs.Put(ctx, jetstream.ObjectMeta{Name: name}, parts(snap)); err != nil {
 		return fmt.Errorf("store snapshot %s: %w", name, err)
 	}
 	val, _ := json.Marshal(record{Seq: seq, Object: name, Epoch: t.epoch, Owner: p.r.inst, Pin: t.pin, AtMs: time.Now().UnixMilli()})
@@ -410,4 +412,14 @@ func (t *term) logResults(msg string, rs []result.Record) {
 	}
 	log.Debug(msg, "partition", t.p.n, "epoch", t.epoch, "applied_seq", t.p.processed.Load(), "results", len(rs),
 		"first", rs[0].Key(), "last", rs[len(rs)-1].Key())
+}
+
+// parts reads a snapshot's parts in turn, so that it goes to the object
+// store without being copied whole.
+func parts(snap [][]byte) io.Reader {
+	rs := make([]io.Reader, len(snap))
+	for i, p := range snap {
+		rs[i] = bytes.NewReader(p)
+	}
+	return io.MultiReader(rs...)
 }

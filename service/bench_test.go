@@ -99,16 +99,16 @@ func BenchmarkCheckpoint(b *testing.B) {
 			var maxStall time.Duration
 			b.ResetTimer()
 			for i := 0; b.Loop(); i++ {
-				got := make(chan []byte, 1)
+				got := make(chan [][]byte, 1)
 				t0 := time.Now()
-				eng.Checkpoint(uint64(i+1), func(s []byte) { got <- s })
+				eng.Checkpoint(uint64(i+1), func(s [][]byte) { got <- s })
 				maxStall = max(maxStall, time.Since(t0))
 				// Intake goes on while the barrier travels.
 			push:
 				for j := 0; ; j++ {
 					select {
 					case snap := <-got:
-						c, err := store.Write(uint64(i+1), snap)
+						c, err := store.Write(uint64(i+1), snap...)
 						if err != nil {
 							b.Fatal(err)
 						}

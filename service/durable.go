@@ -32,7 +32,7 @@ const (
 // checkpointer.
 type ckptJob struct {
 	tag   uint64
-	snap  []byte
+	snap  [][]byte  // its parts (see engine.Checkpoint)
 	start time.Time // when the barrier was sent
 }
 
@@ -204,7 +204,7 @@ func (m *market) startCheckpoint(d *driver) {
 	d.changed = false
 	job := ckptJob{tag: d.applied, start: time.Now()}
 	m.log.Debug("checkpoint started", "tag", job.tag)
-	d.eng.Checkpoint(job.tag, func(snap []byte) {
+	d.eng.Checkpoint(job.tag, func(snap [][]byte) {
 		job.snap = snap
 		m.ckpt.jobs <- job // never blocks: busy admits one job at a time
 	})
@@ -220,7 +220,7 @@ func (m *market) snapshotFinal(d *driver) {
 		return
 	}
 	job := ckptJob{tag: d.applied, start: time.Now()}
-	d.eng.Checkpoint(job.tag, func(snap []byte) {
+	d.eng.Checkpoint(job.tag, func(snap [][]byte) {
 		job.snap = snap
 		m.ckpt.final = &job
 	})
@@ -258,7 +258,7 @@ func (m *market) writeCheckpoint(ctx context.Context, log *wal.Log, job ckptJob)
 	if n := m.snk.lost.Load(); n > 0 {
 		return fmt.Errorf("%d results were never handed to JetStream: not checkpointing past them", n)
 	}
-	c, err := m.ckpt.store.Write(job.tag, job.snap)
+	c, err := m.ckpt.store.Write(job.tag, job.snap...)
 	if err != nil {
 		return err
 	}
