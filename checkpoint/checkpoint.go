@@ -46,6 +46,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -106,6 +107,8 @@ type Store struct {
 	// good holds the tags of checkpoints known to check out: written or
 	// loaded by this Store, or checked by prune.
 	good map[uint64]bool
+	// kept lists the tags prune kept, newest first.
+	kept []uint64
 	// unrestricted is what Open could not make private.
 	unrestricted []error
 	// beforeRename, when set (tests only), runs after the temporary file is
@@ -342,10 +345,10 @@ func (s *Store) prune() error {
 	if err != nil {
 		return err
 	}
-	kept := 0
+	s.kept = s.kept[:0]
 	for _, t := range tags {
 		path := s.path(t)
-		if kept == s.keep {
+		if len(s.kept) == s.keep {
 			if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return fmt.Errorf("remove old checkpoint %s: %w", path, err)
 			}
@@ -366,10 +369,15 @@ func (s *Store) prune() error {
 				continue
 			}
 		}
-		kept++
+		s.kept = append(s.kept, t)
 	}
 	return syncDir(s.dir)
 }
+
+// Kept returns the tags of the checkpoints the last Write kept, newest
+// first. The write-ahead log must hold every entry after the oldest of
+// them: if the newer ones turn out damaged, Load falls back to it.
+func (s *Store) Kept() []uint64 { return slices.Clone(s.kept) }
 
 // moveAside renames a corrupt checkpoint to its .corrupt name, removing any
 // older .corrupt file.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -112,6 +113,15 @@ func TestWrite_KeepsNewestTwo(t *testing.T) {
 	c, _, _, err := s.Load()
 	if err != nil || c.Tag != 50 {
 		t.Errorf("Load: got tag %d, err %v; want 50", c.Tag, err)
+	}
+	if got := fmt.Sprint(s.Kept()); got != "[50 40]" {
+		t.Errorf("Kept after 5 writes: got %s, want [50 40]", got)
+	}
+	// The same tag written again (the service's final snapshot can repeat
+	// a periodic one still in flight) keeps the previous one too.
+	mustWrite(t, s, 50, []byte{5})
+	if got := fmt.Sprint(s.Kept()); got != "[50 40]" {
+		t.Errorf("Kept after writing 50 again: got %s, want [50 40]", got)
 	}
 }
 

@@ -248,9 +248,12 @@ func (m *market) checkpointer(ctx context.Context, log *wal.Log) {
 // the checkpoint is written only once JetStream has acked every result
 // emitted up to its barrier (the barrier's snapshot is handed over after
 // the sink received those results, so they were all Published before this
-// Flush). Then the log is truncated up to the previous checkpoint, not
-// this one, so that a damaged newest checkpoint can fall back to the
-// previous one and still replay from there.
+// Flush). Then the log is truncated up to the oldest checkpoint the store
+// kept, not this one, so that a damaged newest checkpoint can fall back to
+// the previous one and still replay from there. The store says which it
+// kept: the final snapshot can repeat the tag of a periodic one that was
+// still being written when its barrier went out, and counting that tag as
+// the previous checkpoint truncated the log past the one really kept.
 func (m *market) writeCheckpoint(ctx context.Context, log *wal.Log, job ckptJob) error {
 	if err := m.snk.br.Load().Flush(ctx); err != nil {
 		return fmt.Errorf("wait for JetStream acks: %w", err)
@@ -263,14 +266,18 @@ func (m *market) writeCheckpoint(ctx context.Context, log *wal.Log, job ckptJob)
 		return err
 	}
 	m.ckpt.mu.Lock()
-	prev := m.ckpt.prevTag
 	m.ckpt.prevTag = job.tag
 	m.ckpt.last, m.ckpt.duration, m.ckpt.bytes = time.Now(), time.Since(job.start), c.Size
 	m.ckpt.mu.Unlock()
 	m.ckpt.written.Add(1)
 	m.log.Debug("checkpoint written", "tag", job.tag, "bytes", c.Size, "took", time.Since(job.start).Round(time.Microsecond))
-	if err := log.TruncateFront(prev + 1); err != nil && !errors.Is(err, wal.ErrClosed) {
-		return fmt.Errorf("truncate write-ahead log before %d: %w", prev+1, err)
+	kept := m.ckpt.store.Kept()
+	if len(kept) < 2 {
+		return nil // no older checkpoint to fall back to: the log keeps everything
+	}
+	oldest := kept[len(kept)-1]
+	if err := log.TruncateFront(oldest + 1); err != nil && !errors.Is(err, wal.ErrClosed) {
+		return fmt.Errorf("truncate write-ahead log before %d: %w", oldest+1, err)
 	}
 	return nil
 }
