@@ -429,15 +429,19 @@ func (b *Bridge) onAck(_ jetstream.JetStream, msg *nats.Msg, ack *jetstream.PubA
 	// ack.
 	b.acked.Add(1)
 	b.streamOK.Store(true)
-	if ack != nil && ack.Duplicate {
+	duplicate := ack != nil && ack.Duplicate
+	if duplicate {
 		b.duplicates.Add(1)
-		// Rare, and the one ack that says nothing of this attempt's own
-		// message: worth a trail when a result is missing downstream.
-		b.log.Debug("bridge: result already in the stream", "msg_id", it.hdr.Get(jetstream.MsgIDHeader), "seq", ack.Sequence)
 	}
 	delete(b.outstanding, it.seq)
 	b.signalLocked()
 	b.mu.Unlock()
+
+	if duplicate {
+		// Rare, and the one ack that says nothing of this attempt's own
+		// message: worth a trail when a result is missing downstream.
+		b.log.Debug("bridge: result already in the stream", "msg_id", it.hdr.Get(jetstream.MsgIDHeader), "seq", ack.Sequence)
+	}
 
 	if b.cfg.OnAcked != nil {
 		b.cfg.OnAcked(time.Since(it.accepted))
