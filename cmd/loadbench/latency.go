@@ -130,6 +130,11 @@ type stepLatencies struct {
 	// JS is read back from the stream by an ordered consumer: crossing →
 	// stored in JetStream → delivered, the figure the report judges.
 	JS *latencies
+	// Stored is the same results timed by the stream's own stamp of when
+	// it stored each one (its metadata): crossing → stored in JetStream,
+	// the issue's "acknowledged by JetStream" without the delivery to a
+	// reader (the ack leaves the server right after the store).
+	Stored *latencies
 	// Core is a plain NATS subscription on the same subjects: it gets a
 	// result when the server routes the publish, before the stream has
 	// stored it — a reference that shows what the stream's round trip
@@ -147,10 +152,11 @@ type resultTap struct {
 	once    sync.Once
 }
 
-// startTap subscribes to delivery.dashboard.bench.> twice: an ordered
-// consumer of the stream edgeproc created (only results stored from now
-// on) and a core subscription.
-func startTap(ctx context.Context, natsURL string) (*resultTap, error) {
+// startTap subscribes to delivery.dashboard.bench.>: an ordered consumer
+// of the stream edgeproc created (only results stored from now on) and,
+// with core, a core subscription too (the server then delivers every
+// result twice, on the cores edgeproc shares).
+func startTap(ctx context.Context, natsURL string, core bool) (*resultTap, error) {
 	nc, err := nats.Connect(natsURL, nats.Name("loadbench-tap"))
 	if err != nil {
 		return nil, fmt.Errorf("tap: connect to %s: %w", natsURL, err)
@@ -178,14 +184,23 @@ func startTap(ctx context.Context, natsURL string) (*resultTap, error) {
 		nc.Close()
 		return nil, fmt.Errorf("tap: ordered consumer on %s: %w", stream, err)
 	}
-	t.cc, err = cons.Consume(func(m jetstream.Msg) { record(t.current.Load().JS, m.Data()) })
+	t.cc, err = cons.Consume(func(m jetstream.Msg) {
+		l := t.current.Load()
+		record(l.JS, m.Data(), time.Now())
+		if md, err := m.Metadata(); err == nil {
+			record(l.Stored, m.Data(), md.Timestamp)
+		}
+	})
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("tap: consume %s: %w", stream, err)
 	}
+	if !core {
+		return t, nil
+	}
 	// The client's default pending limits bound this subscription's
 	// buffer; a slow reader loses messages there, counted in Dropped.
-	t.sub, err = nc.Subscribe(subject, func(m *nats.Msg) { record(t.current.Load().Core, m.Data) })
+	t.sub, err = nc.Subscribe(subject, func(m *nats.Msg) { record(t.current.Load().Core, m.Data, time.Now()) })
 	if err != nil {
 		t.cc.Stop()
 		nc.Close()
@@ -203,8 +218,8 @@ var (
 	distanceKey = []byte(`"type":"distance"`)
 )
 
-func record(l *latencies, data []byte) {
-	now := time.Now()
+// record adds the latency of the result in data, at now.
+func record(l *latencies, data []byte, now time.Time) {
 	at, ok := emittedAt(data)
 	if !ok {
 		l.mu.Lock()
@@ -232,7 +247,7 @@ func emittedAt(data []byte) (int64, bool) {
 
 // begin starts a new step: results delivered from now on count for it.
 func (t *resultTap) begin() *stepLatencies {
-	l := &stepLatencies{JS: newLatencies(), Core: newLatencies()}
+	l := &stepLatencies{JS: newLatencies(), Stored: newLatencies(), Core: newLatencies()}
 	t.current.Store(l)
 	return l
 }
@@ -240,6 +255,9 @@ func (t *resultTap) begin() *stepLatencies {
 // dropped is the number of results the core subscription lost to its
 // pending limit.
 func (t *resultTap) dropped() int {
+	if t.sub == nil {
+		return 0
+	}
 	n, _ := t.sub.Dropped()
 	return n
 }

@@ -41,6 +41,7 @@ type stepResult struct {
 	CatchUp    time.Duration // until edgeproc had received every sent message
 	CaughtUp   bool
 	Latency    latencySummary // read back from JetStream
+	Stored     latencySummary // the stream's store time of the same results
 	Core       latencySummary // core NATS subscription (reference)
 	Sustained  bool
 	Why        string // the first failed criterion, when not sustained
@@ -143,7 +144,7 @@ func runStep(ctx context.Context, p *edgeprocProc, tap *resultTap, rate float64,
 	// tail a moment before the next step takes over the tap.
 	time.Sleep(500 * time.Millisecond)
 	r.CPUTime = cpu.seconds()
-	r.Latency, r.Core = lat.JS.summary(), lat.Core.summary()
+	r.Latency, r.Stored, r.Core = lat.JS.summary(), lat.Stored.summary(), lat.Core.summary()
 	r.Sustained, r.Why = judge(r, s)
 	return r, nil
 }
