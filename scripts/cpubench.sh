@@ -15,6 +15,11 @@
 # Further arguments go to loadbench: --window-size 5m --window-slide 1m for
 # the product's windows, --gomaxprocs 1 for edgeproc as deploy/systemd's
 # unit runs it.
+# PROC=floor measures cmd/intakefloor in edgeproc's place: the intake
+# alone (the same MQTT session and write-ahead log group commit, each
+# message acked once durable; INTAKEFLOOR=ack acks at once, without the
+# log), no engine, no NATS: the floor under edgeproc's figure. No results,
+# so only the hot and city fleets mean anything then.
 # The machine is small and shared: the load average is printed with every
 # figure.
 set -euo pipefail
@@ -27,8 +32,12 @@ mkdir -p "$out"
 # loadbench starts its own broker on a free port: the Debian package's
 # system broker (if any) is neither needed nor touched.
 need_mosquitto
-go build -o "$out/edgeproc" ./cmd/edgeproc
 go build -o "$out/loadbench" ./cmd/loadbench
+case ${PROC:-edgeproc} in
+edgeproc) go build -o "$out/edgeproc" ./cmd/edgeproc; proc=("$out/edgeproc") ;;
+floor) go build -o "$out/intakefloor" ./cmd/intakefloor; proc=("$out/intakefloor" --results=false) ;;
+*) echo "cpubench: unknown PROC ${PROC} (edgeproc, floor)" >&2; exit 2 ;;
+esac
 echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(go version | cut -d' ' -f3)"
 for fleet in $fleets; do
 	case $fleet in
@@ -40,7 +49,7 @@ for fleet in $fleets; do
 	esac
 	for i in $(seq "$runs"); do
 		echo "# $fleet, run $i: loadbench ${args[*]}"
-		"$out/loadbench" --edgeproc "$out/edgeproc" --baseline 3s --probe-rate 0 "${args[@]}" "$@" |
+		"$out/loadbench" --edgeproc "${proc[@]}" --baseline 3s --probe-rate 0 "${args[@]}" "$@" |
 			grep -E '^(CPU:|RESULT|# load|# machine)|sustained'
 	done
 done

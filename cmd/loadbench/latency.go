@@ -271,6 +271,8 @@ func (t *resultTap) close() {
 		if t.sub != nil {
 			_ = t.sub.Unsubscribe()
 		}
-		t.nc.Close()
+		if t.nc != nil {
+			t.nc.Close()
+		}
 	})
 }

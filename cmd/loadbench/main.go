@@ -63,7 +63,7 @@ type options struct {
 	MinRatio                  float64
 	MaxCatchUp                time.Duration
 	Keep, Strict, Verbose     bool
-	CoreTap                   bool
+	CoreTap, Results          bool
 }
 
 func main() {
@@ -97,6 +97,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.Interval, "interval", 5*time.Second, "a courier's position interval; couriers = rate × interval keeps event time on the clock")
 	fs.Float64Var(&o.MinRatio, "min-ratio", 0.97, "received/offered needed for a step to count as sustained")
 	fs.DurationVar(&o.MaxCatchUp, "max-catchup", 2*time.Second, "a step is sustained only if edgeproc receives the broker's backlog within this after sending stops")
+	fs.BoolVar(&o.Results, "results", true, "read edgeproc's results back from JetStream (the latency columns); false for a stand-in that publishes none, such as cmd/intakefloor")
 	fs.BoolVar(&o.CoreTap, "core-tap", true, "also read the results on a plain NATS subscription (the 'core' columns); the server then delivers each result twice")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the temp dir (configs, logs, state)")
 	fs.BoolVar(&o.Strict, "strict", false, "exit 3 when a target of issue #3 is missed")
@@ -212,9 +213,12 @@ func bench(ctx context.Context, o options, rates []float64, stdout, stderr io.Wr
 			_ = p.stop()
 		}
 	}()
-	tap, err := startTap(ctx, ns.ClientURL(), o.CoreTap)
-	if err != nil {
-		return false, err
+	tap := &resultTap{}
+	tap.begin()
+	if o.Results {
+		if tap, err = startTap(ctx, ns.ClientURL(), o.CoreTap); err != nil {
+			return false, err
+		}
 	}
 	defer tap.close()
 	procs := "Go's default"
