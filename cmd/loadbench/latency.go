@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -145,11 +146,14 @@ type stepLatencies struct {
 // resultTap reads the market's dashboard results and records each one's
 // latency in the current step's latencies.
 type resultTap struct {
-	nc      *nats.Conn
-	cc      jetstream.ConsumeContext
-	sub     *nats.Subscription
-	current atomic.Pointer[stepLatencies]
-	once    sync.Once
+	// readBack, when set, is the NATS URL to read each step's results from
+	// once the step is over (see readBackStored), instead of live readers.
+	readBack string
+	nc       *nats.Conn
+	cc       jetstream.ConsumeContext
+	sub      *nats.Subscription
+	current  atomic.Pointer[stepLatencies]
+	once     sync.Once
 }
 
 // startTap subscribes to delivery.dashboard.bench.>: an ordered consumer
@@ -250,6 +254,60 @@ func (t *resultTap) begin() *stepLatencies {
 	l := &stepLatencies{JS: newLatencies(), Stored: newLatencies(), Core: newLatencies()}
 	t.current.Store(l)
 	return l
+}
+
+// readBackStored reads the market's results stored since from, once a
+// step is over, and records each one's crossing → stored latency (the
+// stream's stamp) in l. Nothing reads while the step runs, so no reader
+// takes the cores that edgeproc and the server share during a burst.
+func readBackStored(ctx context.Context, natsURL string, from time.Time, l *latencies) error {
+	nc, err := nats.Connect(natsURL, nats.Name("loadbench-readback"))
+	if err != nil {
+		return fmt.Errorf("read back: connect to %s: %w", natsURL, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("read back: jetstream: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	subject := "delivery.dashboard." + market + ".>"
+	stream, err := js.StreamNameBySubject(ctx, "delivery.dashboard."+market+".distance")
+	if err != nil {
+		return fmt.Errorf("read back: find the stream of %s: %w", subject, err)
+	}
+	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{subject},
+		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
+		OptStartTime:   &from,
+	})
+	if err != nil {
+		return fmt.Errorf("read back: ordered consumer on %s: %w", stream, err)
+	}
+	for ctx.Err() == nil {
+		batch, err := cons.Fetch(1024, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			return fmt.Errorf("read back: fetch from %s: %w", stream, err)
+		}
+		n, last := 0, false
+		for m := range batch.Messages() {
+			md, err := m.Metadata()
+			if err != nil {
+				return fmt.Errorf("read back: %w", err)
+			}
+			record(l, m.Data(), md.Timestamp)
+			n++
+			last = md.NumPending == 0
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			return fmt.Errorf("read back: fetch from %s: %w", stream, err)
+		}
+		if n == 0 || last {
+			return nil
+		}
+	}
+	return ctx.Err()
 }
 
 // dropped is the number of results the core subscription lost to its

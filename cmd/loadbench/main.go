@@ -51,19 +51,19 @@ const (
 
 // options are the command-line flags.
 type options struct {
-	MQTT, Mosquitto, Edgeproc string
-	Baseline, Step, Drain     time.Duration
-	Timeout                   time.Duration
-	Rates                     string
-	StartRate, ProbeRate      float64
-	BaselineCouriers          int
-	Windows                   windowSettings
-	GOMAXPROCS                int
-	Interval                  time.Duration
-	MinRatio                  float64
-	MaxCatchUp                time.Duration
-	Keep, Strict, Verbose     bool
-	CoreTap, Results          bool
+	MQTT, Mosquitto, Edgeproc  string
+	Baseline, Step, Drain      time.Duration
+	Timeout                    time.Duration
+	Rates                      string
+	StartRate, ProbeRate       float64
+	BaselineCouriers           int
+	Windows                    windowSettings
+	GOMAXPROCS                 int
+	Interval                   time.Duration
+	MinRatio                   float64
+	MaxCatchUp                 time.Duration
+	Keep, Strict, Verbose      bool
+	CoreTap, Results, ReadBack bool
 }
 
 func main() {
@@ -98,6 +98,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&o.MinRatio, "min-ratio", 0.97, "received/offered needed for a step to count as sustained")
 	fs.DurationVar(&o.MaxCatchUp, "max-catchup", 2*time.Second, "a step is sustained only if edgeproc receives the broker's backlog within this after sending stops")
 	fs.BoolVar(&o.Results, "results", true, "read edgeproc's results back from JetStream (the latency columns); false for a stand-in that publishes none, such as cmd/intakefloor")
+	fs.BoolVar(&o.ReadBack, "read-back", false, "read each step's results from the stream only after the step (the 'stored' columns alone): no reader shares the cores during the step")
 	fs.BoolVar(&o.CoreTap, "core-tap", true, "also read the results on a plain NATS subscription (the 'core' columns); the server then delivers each result twice")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the temp dir (configs, logs, state)")
 	fs.BoolVar(&o.Strict, "strict", false, "exit 3 when a target of issue #3 is missed")
@@ -215,7 +216,9 @@ func bench(ctx context.Context, o options, rates []float64, stdout, stderr io.Wr
 	}()
 	tap := &resultTap{}
 	tap.begin()
-	if o.Results {
+	if o.ReadBack {
+		tap.readBack = ns.ClientURL()
+	} else if o.Results {
 		if tap, err = startTap(ctx, ns.ClientURL(), o.CoreTap); err != nil {
 			return false, err
 		}

@@ -144,6 +144,11 @@ func runStep(ctx context.Context, p *edgeprocProc, tap *resultTap, rate float64,
 	// tail a moment before the next step takes over the tap.
 	time.Sleep(500 * time.Millisecond)
 	r.CPUTime = cpu.seconds()
+	if tap.readBack != "" {
+		if err := readBackStored(ctx, tap.readBack, simStart, lat.Stored); err != nil {
+			return r, err
+		}
+	}
 	r.Latency, r.Stored, r.Core = lat.JS.summary(), lat.Stored.summary(), lat.Core.summary()
 	r.Sustained, r.Why = judge(r, s)
 	return r, nil
