@@ -589,6 +589,62 @@ func BenchmarkPublish(b *testing.B) {
 	mustFlush(b, br, time.Minute)
 }
 
+// BenchmarkPublishBurst is a window close as the bridge sees it (issue
+// #8): a burst of one result per courier of 1 250 after an idle pause,
+// each its own acked JetStream message, and nothing else running. It
+// reports, as the median over bursts, when the first, the median and the
+// last result of a burst was acked, from the burst's first Publish: the
+// floor under the close → JetStream latency of the live service.
+func BenchmarkPublishBurst(b *testing.B) {
+	const burst = 1250
+	srv := testenv.StartNATS(b)
+	nc := srv.Connect(b)
+	cfg := bridge.Config{Market: "girona"}
+	var (
+		mu    sync.Mutex
+		start time.Time
+		acked []time.Duration
+	)
+	cfg.OnAcked = func(time.Duration) {
+		mu.Lock()
+		acked = append(acked, time.Since(start))
+		mu.Unlock()
+	}
+	br := mustOpen(b, nc, cfg)
+	subj := cfg.Subject(bridge.KindDistance)
+	payload := []byte(`{"type":"distance","market":"girona","courier":"van-3","key":"distance|girona|van-3|1726308240000","window_start_ms":1726308240000,"window_end_ms":1726308540000,"distance_m":812.4,"positions":61,"stopped":false,"cell":"89394460cafffff","emitted_at_ms":1726308585000}`)
+	ctx := context.Background()
+	var first, mid, last []time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		b.StopTimer()
+		time.Sleep(200 * time.Millisecond) // idle between closes, as between windows
+		mu.Lock()
+		acked, start = acked[:0], time.Now()
+		mu.Unlock()
+		b.StartTimer()
+		for k := range burst {
+			if err := br.Publish(ctx, subj, fmt.Sprintf("distance|girona|c%d|%d", k, i), payload); err != nil {
+				b.Fatal(err)
+			}
+		}
+		mustFlush(b, br, time.Minute)
+		mu.Lock()
+		if len(acked) != burst {
+			b.Fatalf("burst %d: %d acks, want %d", i, len(acked), burst)
+		}
+		first, mid, last = append(first, acked[0]), append(mid, acked[burst/2]), append(last, acked[burst-1])
+		mu.Unlock()
+	}
+	median := func(d []time.Duration) float64 {
+		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+		return float64(d[len(d)/2]) / 1e6
+	}
+	b.ReportMetric(median(first), "first-ms")
+	b.ReportMetric(median(mid), "p50-ms")
+	b.ReportMetric(median(last), "last-ms")
+}
+
 // streamInfo returns the market stream's info.
 func streamInfo(tb testing.TB, nc *nats.Conn, name string) *jetstream.StreamInfo {
 	tb.Helper()
