@@ -120,6 +120,13 @@ func run(ctx context.Context, path, mode string, log *slog.Logger) error {
 	for {
 		select {
 		case <-ctx.Done():
+			// Everything logged is acked before the session closes, as the
+			// service drains: the close gives those acks their last flush.
+			if w != nil {
+				if err := w.Sync(); err != nil {
+					return fmt.Errorf("sync wal: %w", err)
+				}
+			}
 			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			return src.Close(cctx)
