@@ -14,6 +14,11 @@
 //     arrival of the position whose watermark crossing fired the result.
 //     That is crossing → JetStream stored → delivered to a consumer, an
 //     upper bound of crossing → JetStream ack, with 1 ms resolution.
+//     The same results are also timed by the stream's own stamp of their
+//     store ("stored": crossing → stored, the ack's moment); --read-back
+//     reads them only after each step, so that no reader shares the cores
+//     during a burst. With --results=false nothing is read: for a stand-in
+//     such as cmd/intakefloor, which publishes no results.
 //
 // Usage (from the module root; see scripts/livebench.sh):
 //
