@@ -420,11 +420,20 @@ func (b *Bridge) abandon(it *item, msg *nats.Msg) {
 func (b *Bridge) onAck(_ jetstream.JetStream, msg *nats.Msg, ack *jetstream.PubAck) {
 	b.mu.Lock()
 	it, ok := b.attempts[msg]
+	if ok {
+		delete(b.attempts, msg)
+	}
+	b.mu.Unlock()
 	if !ok {
-		b.mu.Unlock()
 		return
 	}
-	delete(b.attempts, msg)
+	// Reported before the result counts as delivered, outside the lock
+	// (it is the caller's code): once Flush returns, every acked result
+	// has been reported.
+	if b.cfg.OnAcked != nil {
+		b.cfg.OnAcked(time.Since(it.accepted))
+	}
+	b.mu.Lock()
 	// Counted before Flush is woken: once it returns, Stats includes this
 	// ack.
 	b.acked.Add(1)
@@ -441,10 +450,6 @@ func (b *Bridge) onAck(_ jetstream.JetStream, msg *nats.Msg, ack *jetstream.PubA
 		// Rare, and the one ack that says nothing of this attempt's own
 		// message: worth a trail when a result is missing downstream.
 		b.log.Debug("bridge: result already in the stream", "msg_id", it.hdr.Get(jetstream.MsgIDHeader), "seq", ack.Sequence)
-	}
-
-	if b.cfg.OnAcked != nil {
-		b.cfg.OnAcked(time.Since(it.accepted))
 	}
 	<-b.slots
 }

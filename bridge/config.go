@@ -114,7 +114,8 @@ type Config struct {
 	// OnAcked, if set, is called with the time from Publish accepting a
 	// result to JetStream acknowledging it (retries included), once per
 	// result: the service feeds its close-to-ack latency histogram with it.
-	// It runs on nats.go's ack goroutine and must not block.
+	// It runs on nats.go's ack goroutine and must not block. By the time
+	// Flush returns it has been called for every result acked so far.
 	OnAcked func(time.Duration)
 	// CellResolution is the H3 resolution (0..15) used by ComputeCell.
 	// Default 0, so set it with ComputeCell (the contract's default is 9).
