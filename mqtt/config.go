@@ -11,7 +11,21 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/km0/edgeproc/config"
 )
+
+// ConfigFrom maps a market's mqtt section to a Source's configuration, for
+// the live service and its stand-ins alike. The URL is taken as written:
+// the service replaces "embedded" with its embedded broker's address.
+func ConfigFrom(c config.MQTT) Config {
+	return Config{
+		URL: c.URL, Topic: c.Topic, ClientID: c.ClientID,
+		Username: c.Username, Password: c.Password(),
+		CAFile: c.CAFile, SessionExpiry: c.SessionExpiry,
+		MaxPayload: c.MaxPacketSize,
+	}
+}
 
 // Defaults applied by Start to zero-valued Config fields.
 const (

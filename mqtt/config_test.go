@@ -17,6 +17,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/km0/edgeproc/config"
 )
 
 func TestConfig_Validate(t *testing.T) {
@@ -217,4 +219,23 @@ func selfSignedPEM(t *testing.T) []byte {
 		t.Fatal(err)
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
+
+// TestConfigFrom_MapsEveryField: the market's mqtt section reaches the
+// Source whole, the password read from its environment variable.
+func TestConfigFrom_MapsEveryField(t *testing.T) {
+	t.Setenv("TEST_MQTT_PASSWORD", "s3cret")
+	got := ConfigFrom(config.MQTT{
+		URL: "mqtts://broker:8883", Topic: "km0/g/positions/+", ClientID: "edgeproc-g",
+		Username: "u", PasswordEnv: "TEST_MQTT_PASSWORD", CAFile: "/etc/ca.pem",
+		SessionExpiry: 2 * time.Hour, MaxPacketSize: 4096,
+	})
+	want := Config{
+		URL: "mqtts://broker:8883", Topic: "km0/g/positions/+", ClientID: "edgeproc-g",
+		Username: "u", Password: "s3cret", CAFile: "/etc/ca.pem",
+		SessionExpiry: 2 * time.Hour, MaxPayload: 4096,
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
 }

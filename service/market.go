@@ -77,17 +77,12 @@ func newMarket(cfg config.Config, nc *nats.Conn, deps *Deps) *market {
 	m.snk = &sink{cfg: cfg, log: log, nc: nc, errLog: ratelog.Limiter{Every: 5 * time.Second}}
 	in := make(chan []durable, queueBatches)
 	m.drv = &driver{cfg: cfg, log: log, record: deps.Record, in: in, h: newHandoff(in)}
-	url := cfg.MQTT.URL
-	if url == Embedded {
-		url = deps.MQTTURL
+	mcfg := mqtt.ConfigFrom(cfg.MQTT)
+	if mcfg.URL == Embedded {
+		mcfg.URL = deps.MQTTURL
 	}
 	m.in = &intake{
-		cfg: mqtt.Config{
-			URL: url, Topic: cfg.MQTT.Topic, ClientID: cfg.MQTT.ClientID,
-			Username: cfg.MQTT.Username, Password: cfg.MQTT.Password(),
-			CAFile: cfg.MQTT.CAFile, SessionExpiry: cfg.MQTT.SessionExpiry,
-			MaxPayload: cfg.MQTT.MaxPacketSize,
-		},
+		cfg: mcfg,
 		log: log, clock: deps.Clock, errLog: ratelog.Limiter{Every: 5 * time.Second},
 		durable: m.drv.h.add,
 	}

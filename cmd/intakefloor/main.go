@@ -86,11 +86,7 @@ func run(ctx context.Context, path, mode string, log *slog.Logger) error {
 			log.Error("append", "err", err)
 		}
 	}
-	src, err := mqtt.Start(ctx, mqtt.Config{
-		URL: cfg.MQTT.URL, Topic: cfg.MQTT.Topic, ClientID: cfg.MQTT.ClientID,
-		Username: cfg.MQTT.Username, Password: cfg.MQTT.Password(),
-		SessionExpiry: cfg.MQTT.SessionExpiry, MaxPayload: cfg.MQTT.MaxPacketSize,
-	}, log, handle)
+	src, err := mqtt.Start(ctx, mqtt.ConfigFrom(cfg.MQTT), log, handle)
 	if err != nil {
 		return err
 	}
