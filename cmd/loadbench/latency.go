@@ -146,14 +146,11 @@ type stepLatencies struct {
 // resultTap reads the market's dashboard results and records each one's
 // latency in the current step's latencies.
 type resultTap struct {
-	// readBack, when set, is the NATS URL to read each step's results from
-	// once the step is over (see readBackStored), instead of live readers.
-	readBack string
-	nc       *nats.Conn
-	cc       jetstream.ConsumeContext
-	sub      *nats.Subscription
-	current  atomic.Pointer[stepLatencies]
-	once     sync.Once
+	nc      *nats.Conn
+	cc      jetstream.ConsumeContext
+	sub     *nats.Subscription
+	current atomic.Pointer[stepLatencies]
+	once    sync.Once
 }
 
 // startTap subscribes to delivery.dashboard.bench.>: an ordered consumer
@@ -167,26 +164,12 @@ func startTap(ctx context.Context, natsURL string, core bool) (*resultTap, error
 	}
 	t := &resultTap{nc: nc}
 	t.begin()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("tap: jetstream: %w", err)
-	}
-	subject := "delivery.dashboard." + market + ".>"
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	stream, err := js.StreamNameBySubject(sctx, "delivery.dashboard."+market+".distance")
+	cons, stream, err := resultsConsumer(sctx, nc, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverNewPolicy})
 	if err != nil {
 		nc.Close()
-		return nil, fmt.Errorf("tap: find the stream of %s: %w", subject, err)
-	}
-	cons, err := js.OrderedConsumer(sctx, stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{subject},
-		DeliverPolicy:  jetstream.DeliverNewPolicy,
-	})
-	if err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("tap: ordered consumer on %s: %w", stream, err)
+		return nil, fmt.Errorf("tap: %w", err)
 	}
 	t.cc, err = cons.Consume(func(m jetstream.Msg) {
 		l := t.current.Load()
@@ -204,11 +187,11 @@ func startTap(ctx context.Context, natsURL string, core bool) (*resultTap, error
 	}
 	// The client's default pending limits bound this subscription's
 	// buffer; a slow reader loses messages there, counted in Dropped.
-	t.sub, err = nc.Subscribe(subject, func(m *nats.Msg) { record(t.current.Load().Core, m.Data, time.Now()) })
+	t.sub, err = nc.Subscribe(resultsSubject, func(m *nats.Msg) { record(t.current.Load().Core, m.Data, time.Now()) })
 	if err != nil {
 		t.cc.Stop()
 		nc.Close()
-		return nil, fmt.Errorf("tap: subscribe %s: %w", subject, err)
+		return nil, fmt.Errorf("tap: subscribe %s: %w", resultsSubject, err)
 	}
 	if err := nc.FlushTimeout(5 * time.Second); err != nil {
 		t.close()
@@ -256,6 +239,29 @@ func (t *resultTap) begin() *stepLatencies {
 	return l
 }
 
+// resultsSubject is every dashboard result of the benchmark's market.
+const resultsSubject = "delivery.dashboard." + market + ".>"
+
+// resultsConsumer opens an ordered consumer of the market's results on the
+// stream edgeproc created, delivering from where cfg says, and names the
+// stream.
+func resultsConsumer(ctx context.Context, nc *nats.Conn, cfg jetstream.OrderedConsumerConfig) (jetstream.Consumer, string, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, "", fmt.Errorf("jetstream: %w", err)
+	}
+	stream, err := js.StreamNameBySubject(ctx, "delivery.dashboard."+market+".distance")
+	if err != nil {
+		return nil, "", fmt.Errorf("find the stream of %s: %w", resultsSubject, err)
+	}
+	cfg.FilterSubjects = []string{resultsSubject}
+	cons, err := js.OrderedConsumer(ctx, stream, cfg)
+	if err != nil {
+		return nil, "", fmt.Errorf("ordered consumer on %s: %w", stream, err)
+	}
+	return cons, stream, nil
+}
+
 // readBackStored reads the market's results stored since from, once a
 // step is over, and records each one's crossing → stored latency (the
 // stream's stamp) in l. Nothing reads while the step runs, so no reader
@@ -266,24 +272,14 @@ func readBackStored(ctx context.Context, natsURL string, from time.Time, l *late
 		return fmt.Errorf("read back: connect to %s: %w", natsURL, err)
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("read back: jetstream: %w", err)
-	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	subject := "delivery.dashboard." + market + ".>"
-	stream, err := js.StreamNameBySubject(ctx, "delivery.dashboard."+market+".distance")
-	if err != nil {
-		return fmt.Errorf("read back: find the stream of %s: %w", subject, err)
-	}
-	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{subject},
-		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
-		OptStartTime:   &from,
+	cons, stream, err := resultsConsumer(ctx, nc, jetstream.OrderedConsumerConfig{
+		DeliverPolicy: jetstream.DeliverByStartTimePolicy,
+		OptStartTime:  &from,
 	})
 	if err != nil {
-		return fmt.Errorf("read back: ordered consumer on %s: %w", stream, err)
+		return fmt.Errorf("read back: %w", err)
 	}
 	for ctx.Err() == nil {
 		batch, err := cons.Fetch(1024, jetstream.FetchMaxWait(time.Second))

@@ -221,9 +221,7 @@ func bench(ctx context.Context, o options, rates []float64, stdout, stderr io.Wr
 	}()
 	tap := &resultTap{}
 	tap.begin()
-	if o.ReadBack {
-		tap.readBack = ns.ClientURL()
-	} else if o.Results {
+	if o.Results && !o.ReadBack {
 		if tap, err = startTap(ctx, ns.ClientURL(), o.CoreTap); err != nil {
 			return false, err
 		}
@@ -239,6 +237,9 @@ func bench(ctx context.Context, o options, rates []float64, stdout, stderr io.Wr
 	ss := stepSettings{
 		BrokerURL: brokerURL, Duration: o.Step, Interval: o.Interval, Drain: o.Drain,
 		MinRatio: o.MinRatio, MaxCatchUp: o.MaxCatchUp, Log: log, BrokerPID: brokerPID,
+	}
+	if o.Results && o.ReadBack {
+		ss.ReadBack = ns.ClientURL()
 	}
 	// Warm-up: proves the subscription is in place (a message published
 	// before it would be lost) and gets the first windows going.

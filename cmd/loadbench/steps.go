@@ -24,6 +24,9 @@ type stepSettings struct {
 	// BrokerPID is the Mosquitto process for the CPU column; 0 when the
 	// broker is not ours.
 	BrokerPID int
+	// ReadBack, when set, is the NATS URL to read each step's results from
+	// once the step is over (see readBackStored), instead of live readers.
+	ReadBack string
 }
 
 // stepResult is one offered rate's outcome.
@@ -144,8 +147,8 @@ func runStep(ctx context.Context, p *edgeprocProc, tap *resultTap, rate float64,
 	// tail a moment before the next step takes over the tap.
 	time.Sleep(500 * time.Millisecond)
 	r.CPUTime = cpu.seconds()
-	if tap.readBack != "" {
-		if err := readBackStored(ctx, tap.readBack, simStart, lat.Stored); err != nil {
+	if s.ReadBack != "" {
+		if err := readBackStored(ctx, s.ReadBack, simStart, lat.Stored); err != nil {
 			return r, err
 		}
 	}
