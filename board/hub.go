@@ -255,24 +255,21 @@ func (f *Feed) Position(courier []byte, ts int64, lat, lon float64) {
 	put(f, evPosition, courier, ts, 0, lat, lon, 0, false)
 }
 
-// Results records the courier states a batch of results carries:
-// distance (the window's distance and stopped flag), no_signal (silent
-// since End, last seen at Lat, Lon) and signal_restored. Other types are
-// ignored: the market's counters give their rates.
-func (f *Feed) Results(rs []result.Record) {
+// Result records the courier state a result carries: distance (the
+// window's distance and stopped flag), no_signal (silent since End, last
+// seen at Lat, Lon) and signal_restored. Other types are ignored: the
+// market's counters give their rates.
+func (f *Feed) Result(r *result.Record) {
 	if f == nil {
 		return
 	}
-	for i := range rs {
-		r := &rs[i]
-		switch r.Type {
-		case result.Distance:
-			put(f, evDistance, r.Courier, r.End, r.Start, 0, 0, r.DistanceM, r.Stopped)
-		case result.NoSignal:
-			put(f, evNoSignal, r.Courier, r.End, r.Start, r.Lat, r.Lon, 0, false)
-		case result.SignalRestored:
-			put(f, evRestored, r.Courier, r.RestoredAt, r.SilentFrom, 0, 0, 0, false)
-		}
+	switch r.Type {
+	case result.Distance:
+		put(f, evDistance, r.Courier, r.End, r.Start, 0, 0, r.DistanceM, r.Stopped)
+	case result.NoSignal:
+		put(f, evNoSignal, r.Courier, r.End, r.Start, r.Lat, r.Lon, 0, false)
+	case result.SignalRestored:
+		put(f, evRestored, r.Courier, r.RestoredAt, r.SilentFrom, 0, 0, 0, false)
 	}
 }
 

@@ -105,7 +105,7 @@ func TestHub_AppliesTheBucketRules(t *testing.T) {
 	}
 	res := func(r result.Record) step {
 		r.Courier = "c1"
-		return func(f *Feed) { f.Results([]result.Record{r}) }
+		return func(f *Feed) { f.Result(&r) }
 	}
 	noSignal := func(lastSeen int64, lat, lon float64) step {
 		return res(result.Record{Type: result.NoSignal, Start: lastSeen - 100, End: lastSeen, Lat: lat, Lon: lon})
@@ -204,7 +204,7 @@ func TestHub_MarketFilter(t *testing.T) {
 	}
 	var nilFeed *Feed
 	nilFeed.Position([]byte("x"), 1, 1, 1) // must not panic
-	nilFeed.Results([]result.Record{{Type: result.NoSignal, Courier: "x"}})
+	nilFeed.Result(&result.Record{Type: result.NoSignal, Courier: "x"})
 }
 
 // However fast positions come, a page gets at most one message per

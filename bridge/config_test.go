@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/km0/edgeproc/config"
 )
 
 func TestConfig_Subject(t *testing.T) {
@@ -62,7 +64,7 @@ func TestConfig_Defaults(t *testing.T) {
 	want := Config{
 		Market:          "bcn-2",
 		SubjectPrefix:   "delivery",
-		Stream:          "EDGEPROC_BCN-2",
+		Stream:          "EDGEPROC_BCN_2", // the config's rule: '-' as '_'
 		DuplicateWindow: 10 * time.Minute,
 		MaxPending:      1024,
 		KVBucket:        "edgeproc_couriers_bcn-2",
@@ -211,4 +213,34 @@ func FuzzCourierKey(f *testing.F) {
 			t.Errorf("CourierKey(%q) = %q is not a valid KV key", s, k)
 		}
 	})
+}
+
+// TestConfigFrom_MapsEveryKey sets every key ConfigFrom maps to a value
+// other than its default, in both sources, and checks each reaches its
+// field; a zero nats.max_age or max_bytes (no bound) becomes Unlimited.
+func TestConfigFrom_MapsEveryKey(t *testing.T) {
+	for _, source := range config.Sources {
+		c := config.Default()
+		c.Market, c.Source = "bcn-2", source
+		c.NATS.SubjectPrefix, c.NATS.Stream = "acme.out", "RESULTS"
+		c.NATS.DuplicateWindow, c.NATS.KVInterval = 3*time.Minute, time.Hour
+		c.NATS.MaxAge, c.NATS.MaxBytes = 7*24*time.Hour, 100<<20
+		c.Limits.MaxCouriers, c.Geo.H3Resolution, c.JetStream.Replicas = 3, 7, 5
+		want := Config{
+			Market: "bcn-2", SubjectPrefix: "acme.out", Stream: "RESULTS",
+			DuplicateWindow: 3 * time.Minute, KVInterval: time.Hour,
+			MaxAge: 7 * 24 * time.Hour, MaxBytes: 100 << 20, MaxCouriers: 3,
+			ComputeCell: true, CellResolution: 7,
+		}
+		if source == "jetstream" {
+			want.Replicas = 5
+		}
+		if got := ConfigFrom(c); !reflect.DeepEqual(got, want) {
+			t.Errorf("source %s: got %+v, want %+v", source, got, want)
+		}
+		c.NATS.MaxAge, c.NATS.MaxBytes = 0, 0
+		if got := ConfigFrom(c); got.MaxAge != Unlimited || got.MaxBytes != Unlimited {
+			t.Errorf("source %s, no bounds: max_age %v, max_bytes %d; want both Unlimited", source, got.MaxAge, got.MaxBytes)
+		}
+	}
 }

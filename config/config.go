@@ -19,9 +19,8 @@ const MaxFileSize = 1 << 20
 // Bounds of mqtt.max_packet_size, in bytes. The upper one leaves room under
 // MQTT's 268435455-byte packet limit for the topic and headers.
 const (
-	DefaultMaxPacketSize = 1 << 20
-	MinMaxPacketSize     = 1 << 10
-	MaxMaxPacketSize     = 256 << 20
+	MinMaxPacketSize = 1 << 10
+	MaxMaxPacketSize = 256 << 20
 )
 
 // Config is one market's configuration. Build it with Default, Parse or
@@ -135,11 +134,28 @@ type JetStream struct {
 	// stream and courier bucket, and the checkpoint bucket and object
 	// store. Default 3; 1 to 5.
 	Replicas int
+	// MaxAge bounds how long the positions stream keeps a message (yaml
+	// max_age; applied when edgeproc creates the stream): 0 keeps them
+	// until MaxBytes, or forever. A new owner resumes from the partition's
+	// last recorded checkpoint, so the stream must outlive it: at least
+	// MinPositionsMaxAge and 10 × state.checkpoint_interval. Default 24h;
+	// whole seconds.
+	MaxAge time.Duration
+	// MaxBytes bounds the positions stream's size (yaml max_bytes, like
+	// nats.max_bytes; applied when edgeproc creates the stream): past it
+	// the oldest positions are deleted, checkpointed or not, which a new
+	// owner reports as missing. Default 0: no size bound.
+	MaxBytes int64
 	// Instance names this process in ownership records, logs and metrics;
 	// it must differ between the instances of a market. Default empty:
 	// the host name and process id.
 	Instance string
 }
+
+// MinPositionsMaxAge is the shortest jetstream.max_age accepted: a
+// checkpoint that cannot be recorded for that long (the results stream
+// without a leader) would leave a successor positions it cannot read.
+const MinPositionsMaxAge = time.Hour
 
 // PartitionSubject is the filter subject of partition n's positions:
 // Subject with "{partition}" replaced by n.
@@ -182,17 +198,6 @@ type NATS struct {
 	// (DefaultMaxBytes); 0 = no size bound.
 	MaxBytes int64
 }
-
-// Retention defaults of a market's result stream. At 1 fix / 5 s and the
-// default windows a courier produces about 62 results an hour (~27 KB of
-// stream), so 1 GiB holds a day of ~1 650 couriers; see the README's sizing
-// guide.
-const (
-	// DefaultMaxAge is the default nats.max_age.
-	DefaultMaxAge = 24 * time.Hour
-	// DefaultMaxBytes is the default nats.max_bytes: 1 GiB.
-	DefaultMaxBytes int64 = 1 << 30
-)
 
 // Windows holds the event-time parameters (yaml key windows); see contract
 // §3. Every duration is a whole number of milliseconds, because the engine
@@ -347,20 +352,21 @@ func Default() Config {
 	return Config{
 		Source: "mqtt",
 		JetStream: JetStream{
-			Partitions: 1,
-			PinTTL:     10 * time.Second,
-			Replicas:   3,
+			Partitions: DefaultPartitions,
+			PinTTL:     DefaultPinTTL,
+			Replicas:   DefaultReplicas,
+			MaxAge:     DefaultPositionsMaxAge,
 		},
 		MQTT: MQTT{
-			URL:           "mqtt://127.0.0.1:1883",
-			SessionExpiry: 24 * time.Hour,
+			URL:           DefaultMQTTURL,
+			SessionExpiry: DefaultSessionExpiry,
 			MaxPacketSize: DefaultMaxPacketSize,
 		},
 		NATS: NATS{
-			URL:             "nats://127.0.0.1:4222",
-			SubjectPrefix:   "delivery",
-			DuplicateWindow: 10 * time.Minute,
-			KVInterval:      15 * time.Second,
+			URL:             DefaultNATSURL,
+			SubjectPrefix:   DefaultSubjectPrefix,
+			DuplicateWindow: DefaultDuplicateWindow,
+			KVInterval:      DefaultKVInterval,
 			MaxAge:          DefaultMaxAge,
 			MaxBytes:        DefaultMaxBytes,
 		},
@@ -378,7 +384,7 @@ func Default() Config {
 		Geo:      Geo{H3Resolution: 9},
 		State:    State{CheckpointInterval: 10 * time.Second, WALSync: "batch", WALBatchInterval: 40 * time.Millisecond, WALBatchMax: 1024},
 		HTTP:     HTTP{Listen: "127.0.0.1:9464", Board: true},
-		Limits:   Limits{MaxCouriers: 200_000},
+		Limits:   Limits{MaxCouriers: DefaultMaxCouriers},
 		Log:      Log{Level: "info"},
 	}
 }
@@ -541,9 +547,9 @@ func (c *Config) fillMarketDefaults(set map[string]int) []string {
 	}
 	fill("mqtt.topic", &c.MQTT.Topic, "km0/"+c.Market+"/positions/+")
 	fill("mqtt.client_id", &c.MQTT.ClientID, "edgeproc-"+c.Market)
-	fill("nats.stream", &c.NATS.Stream, "EDGEPROC_"+strings.ReplaceAll(strings.ToUpper(c.Market), "-", "_"))
+	fill("nats.stream", &c.NATS.Stream, ResultStream(c.Market))
 	fill("state.dir", &c.State.Dir, "./state/"+c.Market)
-	fill("jetstream.stream", &c.JetStream.Stream, "POSITIONS_"+strings.ReplaceAll(strings.ToUpper(c.Market), "-", "_"))
+	fill("jetstream.stream", &c.JetStream.Stream, PositionStream(c.Market))
 	fill("jetstream.subject", &c.JetStream.Subject, "part."+c.Market+"."+PartitionToken+".*")
 	fill("jetstream.consumer", &c.JetStream.Consumer, "edgeproc-"+c.Market)
 	return filled

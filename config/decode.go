@@ -95,6 +95,8 @@ func (d *decoder) decode(r io.Reader, c *Config) {
 			{"pin_ttl", d.duration(&c.JetStream.PinTTL)},
 			{"max_owned", d.int(&c.JetStream.MaxOwned)},
 			{"replicas", d.int(&c.JetStream.Replicas)},
+			{"max_age", d.duration(&c.JetStream.MaxAge)},
+			{"max_bytes", d.size(&c.JetStream.MaxBytes, math.MaxInt64)},
 			{"instance", d.str(&c.JetStream.Instance)},
 		})},
 		{"mqtt", d.section([]field{

@@ -17,6 +17,8 @@
 //	  pin_ttl: 10s                  # >= 1s; an owner silent this long loses its partitions
 //	  max_owned: 2                  # most partitions owned at once; 0 = no limit
 //	  replicas: 3                   # 1..5; stream (if created here), checkpoint bucket and store
+//	  max_age: 24h                  # positions kept (if created here); 0 or >= max(1h, 10 × checkpoint_interval)
+//	  max_bytes: 0                  # positions stream size bound (if created here); 0 = none
 //	  instance: edgeproc-a          # this instance's name; default host name and pid
 //	mqtt:
 //	  url: mqtt://127.0.0.1:1883    # mqtt://, mqtts:// (TLS) or "embedded"

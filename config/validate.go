@@ -52,6 +52,12 @@ func (c Config) validate() []*FieldError {
 	}
 	if c.Source == "jetstream" { // an unused section need not be complete
 		c.JetStream.validate(&v)
+		if j := c.JetStream; j.MaxAge > 0 && j.MaxAge%time.Second == 0 {
+			if need := max(MinPositionsMaxAge, 10*c.State.CheckpointInterval); j.MaxAge < need {
+				v.add("jetstream.max_age", j.MaxAge.String(), ErrOutOfRange,
+					fmt.Sprintf("must be 0 (no age bound) or at least %s (1h and 10 × state.checkpoint_interval): a new owner replays the positions stream from the last recorded checkpoint", need))
+			}
+		}
 	}
 	c.MQTT.validate(&v)
 	c.NATS.validate(&v)
@@ -197,6 +203,15 @@ func (j JetStream) validate(v *validator) {
 	}
 	if j.Replicas < 1 || j.Replicas > 5 {
 		v.add("jetstream.replicas", strconv.Itoa(j.Replicas), ErrOutOfRange, "must be between 1 and 5")
+	}
+	switch {
+	case j.MaxAge < 0:
+		v.add("jetstream.max_age", j.MaxAge.String(), ErrNegative, "must not be negative (0 = no age bound)")
+	case j.MaxAge%time.Second != 0:
+		v.add("jetstream.max_age", j.MaxAge.String(), ErrInvalid, "must be a whole number of seconds")
+	}
+	if j.MaxBytes < 0 {
+		v.add("jetstream.max_bytes", strconv.FormatInt(j.MaxBytes, 10), ErrNegative, "must not be negative (0 = no size bound)")
 	}
 	if !printable(j.Instance) || len(j.Instance) > 128 {
 		v.add("jetstream.instance", j.Instance, ErrInvalid, "must be printable UTF-8 of at most 128 bytes")

@@ -69,6 +69,11 @@ func TestValidate_Rules(t *testing.T) {
 		{"replicas zero", j + "jetstream:\n  replicas: 0\n", "jetstream.replicas", ErrOutOfRange},
 		{"replicas six", j + "jetstream:\n  replicas: 6\n", "jetstream.replicas", ErrOutOfRange},
 		{"instance with control character", j + "jetstream:\n  instance: \"a\\tb\"\n", "jetstream.instance", ErrInvalid},
+		{"positions max_age negative", j + "jetstream:\n  max_age: -1h\n", "jetstream.max_age", ErrNegative},
+		{"positions max_age fraction of a second", j + "jetstream:\n  max_age: 2h500ms\n", "jetstream.max_age", ErrInvalid},
+		{"positions max_age under an hour", j + "jetstream:\n  max_age: 59m\n", "jetstream.max_age", ErrOutOfRange},
+		{"positions max_age under 10 checkpoints", j + "jetstream:\n  max_age: 2h\nstate:\n  checkpoint_interval: 15m\n", "jetstream.max_age", ErrOutOfRange},
+		{"positions max_bytes negative", j + "jetstream:\n  max_bytes: -1\n", "jetstream.max_bytes", ErrBadSize},
 
 		// windows
 		{"size zero", m + "windows:\n  size: 0s\n", "windows.size", ErrNotPositive},
@@ -195,6 +200,9 @@ func TestValidate_Accepts(t *testing.T) {
 		{"restore_ttl exactly size", m + "windows:\n  restore_ttl: 5m\n"},
 		{"restore_ttl exactly gap", m + "windows:\n  size: 1m\n  gap: 10m\n  restore_ttl: 10m\n"},
 		{"max_couriers 1", m + "limits:\n  max_couriers: 1\n"},
+		{"positions max_age unbounded", m + "source: jetstream\njetstream:\n  max_age: 0s\n"},
+		{"positions max_age exactly an hour", m + "source: jetstream\njetstream:\n  max_age: 1h\n"},
+		{"positions max_age exactly 10 checkpoints", m + "source: jetstream\njetstream:\n  max_age: 150m\nstate:\n  checkpoint_interval: 15m\n"},
 		{"h3 bounds low", m + "geo:\n  h3_resolution: 0\n"},
 		{"h3 bounds high", m + "geo:\n  h3_resolution: 15\n"},
 		{"mqtt embedded", m + "mqtt:\n  url: embedded\n"},

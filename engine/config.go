@@ -5,6 +5,9 @@ import (
 	"github.com/km0/edgeproc/geo"
 )
 
+// DefaultMaxCouriers is Config.MaxCouriers's default, the contract's.
+const DefaultMaxCouriers = config.DefaultMaxCouriers
+
 // ConfigFrom maps a market's configuration to the engine's, for a replay
 // and the live service alike. Topic, Shards, ChunkSize and OnPosition are
 // left for the caller: a replay has no topic, and the live service sets

@@ -62,6 +62,14 @@ type Config struct {
 	// courier is only valid during the call. The live service uses it for
 	// the courier key-value bucket; it must be cheap and must not block.
 	OnPosition func(courier []byte, ts int64, lat, lon float64)
+	// DeafGap, when > 0, is the longest step of the processing clock
+	// (ms, between two inputs or ticks) that counts as time the source
+	// was heard: a longer one is taken as the source having been deaf
+	// (contract §3, deaf is not silent), as if a Listen came first. The
+	// partitioned source sets it: its owner writes a tick into an idle
+	// partition every pull wait, so a longer gap in the stream is time
+	// nobody could write (an outage, no owner). 0: only Listen says so.
+	DeafGap int64
 	// OnForget, when set, is called from the sequencer with every courier
 	// that stops being tracked: forgotten after RestoreTTL, or evicted to
 	// make room at MaxCouriers. Like OnPosition, it must not block.
@@ -124,9 +132,6 @@ type params struct {
 }
 
 const inFlight = 4 // chunks between the sequencer and the merger
-
-// DefaultMaxCouriers is Config.MaxCouriers's default, the contract's.
-const DefaultMaxCouriers = 200_000
 
 // New starts an engine whose results go to sink.
 func New(cfg Config, sink Sink) *Engine {
@@ -283,8 +288,14 @@ func (e *Engine) forget(c *chunk, seq int64) {
 	c.names = append(c.names, t.name...)
 }
 
-// clock moves the processing clock to now, applying the idle rule first.
+// clock moves the processing clock to now, applying the idle rule first
+// (after a gap longer than DeafGap, none of it counts as silence).
 func (e *Engine) clock(c *chunk, seq, now int64) {
+	if g := e.cfg.DeafGap; g > 0 {
+		if prev, ok := e.wm.Clock(); ok && now-prev > g {
+			e.wm.Listen(now)
+		}
+	}
 	if e.wm.Idle(now) {
 		e.stepped(c, seq)
 	}

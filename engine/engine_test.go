@@ -202,3 +202,50 @@ func TestEngine_TickDueOnlyWhenATickFiresSomething(t *testing.T) {
 		t.Errorf("not due an idle timeout after the listen")
 	}
 }
+
+// TestEngine_DeafGapIsNotSilence guards the partitioned source's rule: a
+// step of the processing clock longer than DeafGap restarts the idle
+// clock, so a gap in the stream (nobody could write) is never applied as
+// silence, while steps up to DeafGap count as heard time.
+func TestEngine_DeafGapIsNotSilence(t *testing.T) {
+	const gap = 5_000
+	ts := t0 + 1_000 // its session closes once wm >= ts + 60 s
+	for _, tt := range []struct {
+		name     string
+		ticks    []int64 // processing times of the ticks after the position
+		noSignal bool
+	}{
+		// Heard all along (ticks 5 s apart): the idle rule advances to
+		// now - 10 s, past the session's close at 80 s.
+		{"ticks at the gap", []int64{ts + 5_000, ts + 10_000, ts + 15_000, ts + 20_000, ts + 25_000, ts + 30_000,
+			ts + 35_000, ts + 40_000, ts + 45_000, ts + 50_000, ts + 55_000, ts + 60_000, ts + 65_000, ts + 70_000}, true},
+		// One step over the gap (ts + 5 s to ts + 60 s): deaf until then,
+		// so the idle timeout counts from there and for 29 s more the
+		// idle rule does not apply (without the gap rule it would, at
+		// ts + 85 s: wm = ts + 75 s, past the session's close).
+		{"a step over the gap", []int64{ts + 5_000, ts + 60_000, ts + 65_000, ts + 70_000, ts + 75_000, ts + 80_000,
+			ts + 85_000, ts + 89_000}, false},
+		// Silent after the step for the idle timeout: the idle rule applies
+		// again from the newest event (wm = now - 10 s), so a courier who
+		// stays silent still gets its warning.
+		{"silent after the step", []int64{ts + 5_000, ts + 60_000, ts + 65_000, ts + 70_000, ts + 75_000, ts + 80_000,
+			ts + 85_000, ts + 90_000}, true},
+		// The step alone, however long, fires nothing.
+		{"one long step", []int64{ts + 3_600_000}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := liveConfig() // window 60 s, gap 60 s, delay 10 s, idle 30 s
+			cfg.DeafGap = gap
+			var c collector
+			e := New(cfg, c.sink)
+			e.Push(input("a", ts, ts))
+			for _, now := range tt.ticks {
+				e.Tick(now)
+			}
+			e.Stop()
+			if got := len(c.ofType(result.NoSignal)) > 0; got != tt.noSignal {
+				t.Errorf("no_signal: %v, want %v", got, tt.noSignal)
+			}
+		})
+	}
+}

@@ -29,14 +29,14 @@ func ConfigFrom(c config.MQTT) Config {
 
 // Defaults applied by Start to zero-valued Config fields.
 const (
-	DefaultSessionExpiry  = 24 * time.Hour
+	DefaultSessionExpiry  = config.DefaultSessionExpiry
 	DefaultReceiveMaximum = 1024
 	DefaultConnectTimeout = 10 * time.Second
 	DefaultKeepAlive      = 30 * time.Second
 	DefaultAckInterval    = 5 * time.Millisecond
 	DefaultReconnectMin   = 250 * time.Millisecond
 	DefaultReconnectMax   = 30 * time.Second
-	DefaultMaxPayload     = 1 << 20
+	DefaultMaxPayload     = config.DefaultMaxPacketSize
 	// PacketOverhead is what the announced Maximum Packet Size adds to
 	// MaxPayload: the fixed header (5), the longest topic (2+65535), the
 	// packet identifier (2) and room for properties (4 KiB), so that every

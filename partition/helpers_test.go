@@ -250,10 +250,9 @@ func reference(t testing.TB, url string, cfg config.Config) map[string]string {
 	t.Helper()
 	want := map[string]string{}
 	for n := range cfg.JetStream.Partitions {
-		ecfg := engine.ConfigFrom(cfg)
+		ecfg := EngineConfig(cfg, n)
 		ecfg.Shards = 1
 		subject := cfg.JetStream.PartitionSubject(n)
-		ecfg.Topic = natsToMQTT(subject[:len(subject)-1]) + "+"
 		var mu sync.Mutex
 		e := engine.New(ecfg, func(rs []result.Record) {
 			mu.Lock()

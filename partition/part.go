@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/km0/edgeproc/config"
+	"github.com/km0/edgeproc/engine"
 )
 
 const (
@@ -37,7 +41,6 @@ type part struct {
 	n            int
 	subject      string // filter subject of the positions
 	tickSubject  string
-	topic        string // the engine's courier-check filter (MQTT form)
 	consumerName string
 	key          string // checkpoint record key
 	cons         jetstream.Consumer
@@ -46,9 +49,12 @@ type part struct {
 	term     *term
 	lastCkpt time.Time
 	lastTick time.Time
-	lastPos  int64 // ms, stream time of the last position (not tick) applied
 
 	// Read by metrics and tests from any goroutine.
+	eng                                                atomic.Pointer[engine.Engine] // the current term's
+	refused                                            atomic.Pointer[string]        // why the last claim cannot succeed; nil: it can
+	pastMu                                             sync.Mutex
+	past                                               engine.Stats // counters of the ended terms' engines
 	owned, epoch, processed, applied, ckptSeq, lagMsgs atomic.Uint64
 	lastTS                                             atomic.Int64 // ms, stream time of the last message applied
 	takeovers, fenced, dropped, caughtUp               atomic.Uint64
@@ -62,7 +68,6 @@ func newPart(r *Runner, n int) *part {
 	return &part{
 		r: r, n: n, subject: subject,
 		tickSubject:  subject[:len(subject)-1] + TickToken,
-		topic:        natsToMQTT(subject[:len(subject)-1]) + "+",
 		consumerName: jc.Consumer + "-" + strconv.Itoa(n),
 		key:          "p" + strconv.Itoa(n),
 	}
@@ -85,10 +90,34 @@ func (p *part) consumerConfig() jetstream.ConsumerConfig {
 	}
 }
 
+// fetchWait is how long one pull request waits for messages.
+func (p *part) fetchWait() time.Duration { return fetchWait(p.r.cfg.JetStream) }
+
 // fetchWait is how long one pull request waits for messages: a fraction of
 // the pin TTL, so that the owner renews its pin several times per TTL.
-func (p *part) fetchWait() time.Duration {
-	return min(p.r.cfg.JetStream.PinTTL/5, 2*time.Second)
+func fetchWait(j config.JetStream) time.Duration { return min(j.PinTTL/5, 2*time.Second) }
+
+// deafGap is the longest gap between two messages of a partition's
+// stream that counts as heard time (engine.Config.DeafGap): the owner of
+// an idle partition writes a tick after every pull that found nothing,
+// about every fetchWait, so four of them without any message is time
+// nobody could write to the stream or read it (an outage of NATS, a
+// partition without an owner, an owner paused or cut off). It is below
+// the pin TTL, so a takeover's wait is always such a gap.
+func deafGap(j config.JetStream) time.Duration { return 4 * fetchWait(j) }
+
+// EngineConfig is the engine configuration of partition n of a market:
+// the market's windows and limits, the partition's subjects as its topic
+// filter and its deaf-gap rule. An owner and anything replaying the
+// partition's stream (a test, an operator's check) use it alike.
+func EngineConfig(cfg config.Config, n int) engine.Config {
+	ecfg := engine.ConfigFrom(cfg)
+	subject := cfg.JetStream.PartitionSubject(n)
+	ecfg.Topic = natsToMQTT(subject[:len(subject)-1]) + "+"
+	if cfg.Windows.IdleTimeout > 0 {
+		ecfg.DeafGap = deafGap(cfg.JetStream).Milliseconds()
+	}
+	return ecfg
 }
 
 // leaseMargin is how long before the pin TTL runs out (counted from the
@@ -204,9 +233,22 @@ func (p *part) acquire(ctx context.Context, pin string, sent time.Time) bool {
 	t, err := p.claim(ctx, pin, sent)
 	if err != nil {
 		p.r.owned.Add(-1)
-		p.r.log.Warn("partition not taken over", "partition", p.n, "err", err)
+		var refused *refusedError
+		if !errors.As(err, &refused) {
+			p.r.log.Warn("partition not taken over", "partition", p.n, "err", err)
+			return false
+		}
+		// Every retry fails alike until the configuration changes: say it
+		// once, and in /readyz for as long as it lasts.
+		why := "partition " + strconv.Itoa(p.n) + " cannot be taken over: " + err.Error()
+		if old := p.refused.Swap(&why); old == nil || *old != why {
+			p.r.log.Error("partition cannot be taken over under this configuration; /readyz fails until it can", "partition", p.n, "err", err)
+		}
+		p.unpin() // an instance with the configuration it was written with may take it
 		return false
 	}
+	p.refused.Store(nil)
+	p.eng.Store(t.eng)
 	p.term = t
 	p.owned.Store(1)
 	p.epoch.Store(t.epoch)
@@ -228,7 +270,7 @@ func (p *part) lose(why string) {
 	p.r.owned.Add(-1)
 	p.fenced.Add(1)
 	t.fence()
-	t.eng.Stop()
+	p.stop(t)
 	p.r.log.Info("partition lost", "partition", p.n, "epoch", t.epoch, "why", why)
 }
 
@@ -249,7 +291,7 @@ func (p *part) release() {
 	p.r.owned.Add(-1)
 	if p.r.nc.IsClosed() {
 		t.fence() // cut off: nothing can be recorded any more
-		t.eng.Stop()
+		p.stop(t)
 		return
 	}
 	if !p.finalCheckpoint(t, time.Now().Add(drainTimeout)) {
@@ -257,8 +299,19 @@ func (p *part) release() {
 			"partition", p.n, "epoch", t.epoch, "drain_timeout", drainTimeout)
 	}
 	t.fence() // after the final checkpoint, nothing more goes out
-	t.eng.Stop()
+	p.stop(t)
 	p.unpin()
+}
+
+// stop stops an ended term's engine and keeps its counters, so that the
+// market's counters never go back when a partition changes hands.
+func (p *part) stop(t *term) {
+	t.eng.Stop()
+	p.eng.Store(nil)
+	st := t.eng.Stats()
+	p.pastMu.Lock()
+	addStats(&p.past, st)
+	p.pastMu.Unlock()
 }
 
 // finalCheckpoint checkpoints t's last applied message and waits until it
@@ -308,27 +361,27 @@ func (p *part) maybeCheckpoint() {
 	}
 	if t.checkpoint(nil) {
 		p.lastCkpt = time.Now()
+	} else {
+		p.r.ckpt.skipped.Add(1)
 	}
 }
 
-// maybeTick publishes an idle tick into the partition when it has been
-// silent for windows.idle_timeout while this instance owned it. The tick is
-// a message of the partition's stream like any other, so its stream
-// timestamp is the processing time at which the idle rule is applied, by
-// this owner and by any successor replaying the stream: the idle rule is a
-// function of the stream too. It is called after a pull request that found
-// nothing, so ticks come at most every idle_timeout/10 and in practice once
-// per pull wait. Deaf is not silent: a new owner waits idle_timeout after
-// taking over before its first tick.
+// maybeTick publishes a tick into the partition after a pull request that
+// found nothing, at most about once per pull wait. A tick is a message of
+// the partition's stream like any other, so its stream timestamp is the
+// processing time at which the idle rule is applied, by this owner and by
+// any successor replaying the stream: the idle rule is a function of the
+// stream. Ticks are also what tells heard time from deafness: a gap of
+// more than deafGap between two messages of the stream is taken as time
+// nobody could write or read (engine.Config.DeafGap), so an outage or a
+// pause is never applied as silence, and a tick buffered by the client
+// while it was disconnected, stored late, only ends such a gap.
 func (p *part) maybeTick(ctx context.Context) {
-	idle := p.r.cfg.Windows.IdleTimeout
-	if idle <= 0 {
+	if p.r.cfg.Windows.IdleTimeout <= 0 {
 		return
 	}
 	now := time.Now()
-	every := max(idle/10, 100*time.Millisecond)
-	if now.Sub(p.lastTick) < every || now.Sub(time.Unix(0, p.acquiredAt.Load())) < idle ||
-		now.UnixMilli()-p.lastPos < idle.Milliseconds() {
+	if now.Sub(p.lastTick) < p.fetchWait()/2 {
 		return
 	}
 	p.lastTick = now

@@ -47,9 +47,15 @@ func startProcs(t testing.TB, bin, url string, partitions, maxOwned int, names .
 // readyzClient gives up quickly: a stopped process answers nothing.
 var readyzClient = &http.Client{Timeout: time.Second}
 
-// status reads the partitions from /readyz; ready is its 200.
+// status reads the partitions from /partitions/girona; ready is /readyz's
+// 200.
 func (p *proc) status() (ready bool, parts []Status, err error) {
-	res, err := readyzClient.Get("http://" + p.listen + "/readyz")
+	rz, err := readyzClient.Get("http://" + p.listen + "/readyz")
+	if err != nil {
+		return false, nil, err
+	}
+	_ = rz.Body.Close()
+	res, err := readyzClient.Get("http://" + p.listen + "/partitions/girona")
 	if err != nil {
 		return false, nil, err
 	}
@@ -58,9 +64,9 @@ func (p *proc) status() (ready bool, parts []Status, err error) {
 		Partitions []Status `json:"partitions"`
 	}
 	if err := json.NewDecoder(res.Body).Decode(&body); err != nil {
-		return false, nil, fmt.Errorf("%s /readyz: %w", p.name, err)
+		return false, nil, fmt.Errorf("%s /partitions/girona: %w", p.name, err)
 	}
-	return res.StatusCode == http.StatusOK, body.Partitions, nil
+	return rz.StatusCode == http.StatusOK, body.Partitions, nil
 }
 
 func (p *proc) ready() bool {

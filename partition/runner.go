@@ -30,12 +30,11 @@
 package partition
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"runtime"
 	"strings"
@@ -46,9 +45,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/km0/edgeproc/board"
 	"github.com/km0/edgeproc/bridge"
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/engine"
+	"github.com/km0/edgeproc/metrics"
+	"github.com/km0/edgeproc/output"
 )
 
 const (
@@ -63,14 +65,15 @@ const (
 	opTimeout = 30 * time.Second
 	// drainTimeout bounds the shutdown: final checkpoints and the acks of
 	// the results before them.
-	drainTimeout = 10 * time.Second
+	drainTimeout = config.DefaultDrainTimeout
 )
 
-// Deps are a Runner's collaborators; the zero value connects to
-// cfg.NATS.URL and logs nowhere.
+// Deps are a Runner's collaborators.
 type Deps struct {
+	// Log receives the runner's logs. Default: discarded.
 	Log *slog.Logger
-	// Conn, when set, is the NATS connection to use (it is not closed).
+	// Conn is the NATS connection to cfg.NATS.URL (required; the runner
+	// does not close it).
 	Conn *nats.Conn
 	// Shards is the engine shard count per partition. Default
 	// max(1, NumCPU / partitions).
@@ -87,15 +90,27 @@ type Runner struct {
 	cfg   config.Config
 	deps  Deps
 	log   *slog.Logger
-	ecfg  engine.Config
+	ecfg  []engine.Config // per partition
 	inst  string
 	start time.Time
 
-	nc  *nats.Conn
-	js  jetstream.JetStream
-	kv  jetstream.KeyValue
-	obs jetstream.ObjectStore
-	br  *bridge.Bridge
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	kv    jetstream.KeyValue
+	obs   jetstream.ObjectStore
+	br    *bridge.Bridge
+	out   *output.Sink
+	board *board.Feed // nil: no board
+
+	// ackLatency is the time from a result handed to the bridge to its
+	// JetStream ack; ckpt counts the partitions' checkpoints.
+	ackLatency metrics.Histogram
+	ckpt       ckptStats
+	// dead is the error that ended Run before it was asked to stop.
+	dead atomic.Pointer[error]
+	// mismatch says why the server's mapping disagrees with
+	// jetstream.partitions; nil or "" while it agrees (watchMapping).
+	mismatch atomic.Pointer[string]
 
 	parts []*part
 	owned atomic.Int64  // partitions this instance owns now
@@ -125,6 +140,9 @@ func New(cfg config.Config, deps Deps) (*Runner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("partition: market %s: %w", cfg.Market, err)
 	}
+	if deps.Conn == nil {
+		return nil, fmt.Errorf("partition: market %s: no NATS connection", cfg.Market)
+	}
 	if deps.Log == nil {
 		deps.Log = slog.New(slog.DiscardHandler)
 	}
@@ -140,13 +158,19 @@ func New(cfg config.Config, deps Deps) (*Runner, error) {
 		cfg: cfg, deps: deps, inst: inst, start: time.Now(), ready: make(chan struct{}),
 		log: deps.Log.With("market", cfg.Market, "instance", inst),
 	}
-	r.ecfg = engine.ConfigFrom(cfg)
-	r.ecfg.Shards = deps.Shards
 	for n := range cfg.JetStream.Partitions {
+		ecfg := EngineConfig(cfg, n)
+		ecfg.Shards = deps.Shards
+		r.ecfg = append(r.ecfg, ecfg)
 		r.parts = append(r.parts, newPart(r, n))
 	}
 	return r, nil
 }
+
+// SetBoard gives the market's fleet board feed to the runner, before Run:
+// its partitions' positions and results go there as they go to the
+// courier bucket.
+func (r *Runner) SetBoard(f *board.Feed) { r.board = f }
 
 // Instance is the name this runner records as a partition's owner.
 func (r *Runner) Instance() string { return r.inst }
@@ -155,17 +179,14 @@ func (r *Runner) Instance() string { return r.inst }
 // unreachable), runs every partition until ctx ends, then shuts down: the
 // owned partitions stop pulling, take a final checkpoint once their results
 // are acked, and release their pins so that a successor takes over at once.
+// An error that no retry can fix (the results stream's configuration) ends
+// it at once; Dead reports it from then on.
 func (r *Runner) Run(ctx context.Context) error {
-	nc := r.deps.Conn
-	if nc == nil {
-		var err error
-		if nc, err = r.connect(); err != nil {
-			return err
-		}
-		defer nc.Close()
-	}
-	r.nc = nc
+	r.nc = r.deps.Conn
 	if err := r.retrySetup(ctx); err != nil || ctx.Err() != nil {
+		if err != nil {
+			r.dead.Store(&err)
+		}
 		return err
 	}
 	close(r.ready)
@@ -176,39 +197,22 @@ func (r *Runner) Run(ctx context.Context) error {
 			r.log.Warn("results not all acknowledged at shutdown", "err", err)
 		}
 	}()
-
-	srv, err := r.serveHTTP()
-	if err != nil {
-		return err
-	}
-	if srv != nil {
-		defer srv.Close()
-	}
 	var wg sync.WaitGroup
 	for _, p := range r.parts {
-		wg.Add(1)
-		go func() { defer wg.Done(); p.run(ctx) }()
+		wg.Go(func() { p.run(ctx) })
 	}
+	wg.Go(func() { r.watchMapping(ctx) })
 	r.log.Info("partitions running", "stream", r.cfg.JetStream.Stream, "partitions", len(r.parts))
 	wg.Wait()
 	return nil
 }
 
-func (r *Runner) connect() (*nats.Conn, error) {
-	opts := []nats.Option{
-		nats.Name("edgeproc " + r.inst),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250 * time.Millisecond),
-		nats.RetryOnFailedConnect(true),
+// Dead is the error that ended Run, or nil.
+func (r *Runner) Dead() error {
+	if err := r.dead.Load(); err != nil {
+		return *err
 	}
-	if creds := r.cfg.NATS.Creds(); creds != "" {
-		opts = append(opts, nats.UserCredentialBytes([]byte(creds)))
-	}
-	nc, err := nats.Connect(r.cfg.NATS.URL, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("partition: market %s: connect to nats %s: %w", r.cfg.Market, r.cfg.NATS.URL, err)
-	}
-	return nc, nil
+	return nil
 }
 
 // retrySetup calls setup until it succeeds or ctx ends.
@@ -235,6 +239,13 @@ func (r *Runner) retrySetup(ctx context.Context) error {
 	}
 }
 
+// refusedError is a claim that no retry can fix: the partition's snapshot
+// cannot be restored under this configuration (changed windows).
+type refusedError struct{ err error }
+
+func (e *refusedError) Error() string { return e.err.Error() }
+func (e *refusedError) Unwrap() error { return e.err }
+
 // configError is a set-up failure no retry can fix.
 type configError struct{ err error }
 
@@ -259,7 +270,14 @@ func (r *Runner) setup(ctx context.Context) error {
 			Subjects:    []string{strings.Replace(jc.Subject, config.PartitionToken, "*", 1)},
 			Storage:     jetstream.FileStorage,
 			Replicas:    jc.Replicas,
+			Retention:   jetstream.LimitsPolicy,
+			Discard:     jetstream.DiscardOld,
+			MaxAge:      jc.MaxAge,
+			MaxBytes:    cmp.Or(jc.MaxBytes, -1),
+			MaxMsgs:     -1,
 		})
+	} else if err == nil {
+		r.checkPositionStream(stream.CachedInfo().Config)
 	}
 	if err != nil {
 		return fmt.Errorf("partition: positions stream %s: %w", jc.Stream, err)
@@ -288,35 +306,31 @@ func (r *Runner) setup(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("partition: snapshot store: %w", err)
 	}
-	bcfg := bridge.Config{
-		Market: r.cfg.Market, SubjectPrefix: r.cfg.NATS.SubjectPrefix, Stream: r.cfg.NATS.Stream,
-		DuplicateWindow: r.cfg.NATS.DuplicateWindow,
-		ComputeCell:     true, CellResolution: r.cfg.Geo.H3Resolution,
-		Replicas: r.cfg.JetStream.Replicas,
-	}
+	bcfg := bridge.ConfigFrom(r.cfg)
+	bcfg.OnAcked = r.ackLatency.Observe
 	if err := bcfg.Validate(); err != nil {
 		return &configError{fmt.Errorf("partition: market %s: %w", r.cfg.Market, err)}
 	}
 	if r.br, err = bridge.Open(ctx, r.nc, bcfg, r.log); err != nil {
 		return err
 	}
+	r.out = output.New(r.br, r.board)
 	return nil
+}
+
+// checkPositionStream warns when a positions stream created beforehand
+// may drop what a successor needs: its age bound is shorter than the one
+// configuration would give it, or it is a work-queue or interest stream,
+// whose messages go once acked and so are not there for a replay.
+func (r *Runner) checkPositionStream(sc jetstream.StreamConfig) {
+	if sc.Retention != jetstream.LimitsPolicy {
+		r.log.Warn("positions stream does not keep acknowledged messages: a new owner cannot replay it from a checkpoint",
+			"stream", sc.Name, "retention", sc.Retention.String())
+	}
+	if want := r.cfg.JetStream.MaxAge; sc.MaxAge > 0 && (want == 0 || sc.MaxAge < want) {
+		r.log.Warn("positions stream keeps messages for less than jetstream.max_age", "stream", sc.Name, "max_age", sc.MaxAge, "jetstream.max_age", want)
+	}
 }
 
 func checkpointBucket(market string) string { return "edgeproc_ckpt_" + market }
 func snapshotBucket(market string) string   { return "edgeproc_snap_" + market }
-
-// serveHTTP serves /metrics, /healthz and /readyz on http.listen, or
-// nothing when it is empty.
-func (r *Runner) serveHTTP() (*http.Server, error) {
-	if r.cfg.HTTP.Listen == "" {
-		return nil, nil
-	}
-	ln, err := net.Listen("tcp", r.cfg.HTTP.Listen)
-	if err != nil {
-		return nil, fmt.Errorf("partition: listen %s: %w", r.cfg.HTTP.Listen, err)
-	}
-	srv := &http.Server{Handler: r.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	return srv, nil
-}

@@ -2,15 +2,19 @@ package partition
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/km0/edgeproc/bridge"
+	"github.com/km0/edgeproc/engine"
+	"github.com/km0/edgeproc/internal/tmath"
+	"github.com/km0/edgeproc/metrics"
 )
 
 // Status is one partition as this instance sees it.
@@ -101,28 +105,147 @@ func (r *Runner) Ready() bool {
 	}
 }
 
-// Handler serves /metrics (Prometheus, per partition), /healthz and
-// /readyz (503 until Ready; the body lists the partitions as JSON).
-func (r *Runner) Handler() http.Handler {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collector{r})
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		if !r.Ready() {
-			w.WriteHeader(http.StatusServiceUnavailable)
+// NotReady says why the instance cannot do its part of the market's job,
+// or "" when it can: set up, connected, its results stream taking
+// results, and no partition it was handed refused (a snapshot its
+// configuration cannot restore, such as changed windows: that partition
+// is processed by nobody until an instance can).
+func (r *Runner) NotReady() string {
+	if err := r.Dead(); err != nil {
+		return "dead: " + err.Error()
+	}
+	select {
+	case <-r.ready:
+	default:
+		return "nats: setting up the streams"
+	}
+	switch {
+	case !r.nc.IsConnected():
+		return "nats: not connected"
+	case !r.br.StreamReady():
+		return "nats: stream " + r.br.Config().Stream + " not ready"
+	}
+	var refused []string
+	if why := r.mismatch.Load(); why != nil && *why != "" {
+		refused = append(refused, *why)
+	}
+	for _, p := range r.parts {
+		if why := p.refused.Load(); why != nil {
+			refused = append(refused, *why)
 		}
+	}
+	return strings.Join(refused, "; ")
+}
+
+// Snapshot is the market's state for the metrics every source reports,
+// summed over this instance's partitions: the counters of every term it
+// ran (ended terms' included, so a counter never goes back when a
+// partition changes hands; a takeover's replay of the stream since the
+// checkpoint is counted again, as a restart's replay of the log is), the
+// couriers of the partitions it owns now, and the lowest watermark among
+// them (the market's event time is as far as its slowest partition).
+func (r *Runner) Snapshot() metrics.Snapshot {
+	s := metrics.Snapshot{Ready: r.NotReady() == "", Failed: r.Dead() != nil}
+	select {
+	case <-r.ready:
+	default:
+		return s
+	}
+	st := engine.Stats{Rejected: map[string]int64{}, Results: map[string]int64{}, Watermark: tmath.Never}
+	owned := false
+	for _, p := range r.parts {
+		p.pastMu.Lock()
+		addStats(&st, p.past)
+		p.pastMu.Unlock()
+		if e := p.eng.Load(); e != nil {
+			es := e.Stats()
+			addStats(&st, es)
+			st.Couriers += es.Couriers
+			st.InFlight += es.InFlight
+			st.InFlightMax += es.InFlightMax
+			if es.Watermark != tmath.Never && (!owned || es.Watermark < st.Watermark) {
+				st.Watermark, owned = es.Watermark, true
+			}
+		}
+	}
+	s.Engine, s.HasEngine = st, true
+	s.Bridge, s.HasBridge, s.StreamReady = r.br.Stats(), true, r.br.StreamReady()
+	s.ResultLatency, s.HasResultLatency = r.ackLatency.Snapshot(), true
+	s.Durability, s.HasDurability = r.ckpt.metrics(), true
+	return s
+}
+
+// addStats adds the counters of src to dst. Gauges (couriers, chunks in
+// flight, the watermark) are the caller's.
+func addStats(dst *engine.Stats, src engine.Stats) {
+	if dst.Rejected == nil {
+		dst.Rejected, dst.Results = map[string]int64{}, map[string]int64{}
+	}
+	dst.Received += src.Received
+	dst.Accepted += src.Accepted
+	dst.Duplicates += src.Duplicates
+	dst.LateDistance += src.LateDistance
+	dst.LateSession += src.LateSession
+	dst.MissedMemberships += src.MissedMemberships
+	dst.Evicted += src.Evicted
+	for k, v := range src.Rejected {
+		dst.Rejected[k] += v
+	}
+	for k, v := range src.Results {
+		dst.Results[k] += v
+	}
+}
+
+// ckptStats counts the checkpoints this instance recorded, for the
+// durability metrics both sources report.
+type ckptStats struct {
+	written, failed, skipped atomic.Uint64
+	mu                       sync.Mutex
+	last                     time.Time
+	duration                 time.Duration
+	bytes                    int64
+}
+
+// done counts a checkpoint recorded, started at start, of snapshot snap.
+func (c *ckptStats) done(start time.Time, snap [][]byte) {
+	var n int64
+	for _, b := range snap {
+		n += int64(len(b))
+	}
+	c.written.Add(1)
+	c.mu.Lock()
+	c.last, c.duration, c.bytes = time.Now(), time.Since(start), n
+	c.mu.Unlock()
+}
+
+func (c *ckptStats) metrics() metrics.Durability {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return metrics.Durability{
+		LastCheckpoint: c.last, CheckpointDuration: c.duration, CheckpointBytes: c.bytes,
+		Checkpoints: c.written.Load(), CheckpointFailures: c.failed.Load(), CheckpointsSkipped: c.skipped.Load(),
+	}
+}
+
+// StatusHandler serves the instance's partitions as JSON: the market, the
+// instance, whether it is ready and every partition's Status.
+func (r *Runner) StatusHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		why := r.NotReady()
 		_ = json.NewEncoder(w).Encode(struct {
 			Market     string   `json:"market"`
 			Instance   string   `json:"instance"`
 			Ready      bool     `json:"ready"`
+			NotReady   string   `json:"not_ready,omitempty"`
 			Partitions []Status `json:"partitions"`
-		}{r.cfg.Market, r.inst, r.Ready(), r.Status()})
+		}{r.cfg.Market, r.inst, why == "", why, r.Status()})
 	})
-	return mux
 }
+
+// Collector is the per-partition metrics (edgeproc_partition_*), for the
+// registry of the listener that serves the market.
+func (r *Runner) Collector() prometheus.Collector { return collector{r} }
 
 var (
 	labels        = []string{"market", "instance", "partition"}
@@ -135,18 +258,24 @@ var (
 	descFenced    = prometheus.NewDesc("edgeproc_partition_lost_total", "Terms of ownership that ended because the pin moved or the lease ran out.", labels, nil)
 	descDropped   = prometheus.NewDesc("edgeproc_partition_dropped_results_total", "Results not published because the term had lost the partition.", labels, nil)
 	descCaughtUp  = prometheus.NewDesc("edgeproc_partition_caught_up_messages_total", "Messages read from the stream directly to fill a gap after a takeover.", labels, nil)
+	descMismatch  = prometheus.NewDesc("edgeproc_partition_mapping_mismatch", "1 while the positions stream holds positions on a partition past jetstream.partitions (the server's mapping has more): nobody reads them.", []string{"market", "instance"}, nil)
 )
 
 // collector reads the partitions' atomics at scrape time.
 type collector struct{ r *Runner }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descOwned, descProcessed, descCkpt, descLagMsgs, descLagSec, descTakeovers, descFenced, descDropped, descCaughtUp} {
+	for _, d := range []*prometheus.Desc{descOwned, descProcessed, descCkpt, descLagMsgs, descLagSec, descTakeovers, descFenced, descDropped, descCaughtUp, descMismatch} {
 		ch <- d
 	}
 }
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
+	mismatch := 0.0
+	if why := c.r.mismatch.Load(); why != nil && *why != "" {
+		mismatch = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descMismatch, prometheus.GaugeValue, mismatch, c.r.cfg.Market, c.r.inst)
 	for _, s := range c.r.Status() {
 		lv := []string{c.r.cfg.Market, c.r.inst, strconv.Itoa(s.Partition)}
 		owned := 0.0

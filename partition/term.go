@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/km0/edgeproc/engine"
+	"github.com/km0/edgeproc/output"
 	"github.com/km0/edgeproc/result"
 )
 
@@ -60,9 +61,8 @@ type term struct {
 	pubCtx    context.Context // ends when the term is fenced
 	cancelPub context.CancelFunc
 
-	buf      []byte // sink only
-	subjects [len(result.Types)]string
-	topicBuf []byte // pull loop only
+	out      *output.Sink // sink only
+	topicBuf []byte       // pull loop only
 }
 
 // claim reads the partition's checkpoint record, writes it back as this
@@ -101,12 +101,10 @@ func (p *part) claim(ctx context.Context, pin string, sent time.Time) (*term, er
 		t.rev.Store(newRev)
 		t.lease.Store(sent.Add(r.cfg.JetStream.PinTTL - p.leaseMargin()).UnixNano())
 		t.pubCtx, t.cancelPub = context.WithCancel(context.Background())
-		for _, ty := range result.Types {
-			t.subjects[ty] = r.br.Config().Subject(ty.String())
-		}
-		ecfg := r.ecfg
-		ecfg.Topic = p.topic
-		ecfg.OnPosition = r.br.UpdatePosition
+		t.out = r.out.For()
+		ecfg := r.ecfg[p.n]
+		ecfg.OnPosition = t.out.Position
+		ecfg.OnForget = t.out.Forget
 		if rec.Object == "" {
 			t.eng = engine.New(ecfg, t.sink)
 		} else {
@@ -118,7 +116,7 @@ func (p *part) claim(ctx context.Context, pin string, sent time.Time) (*term, er
 			eng, tag, err := engine.Restore(ecfg, t.sink, snap)
 			if err != nil {
 				t.cancelPub()
-				return nil, fmt.Errorf("restore snapshot %s: %w", rec.Object, err)
+				return nil, &refusedError{fmt.Errorf("restore snapshot %s: %w", rec.Object, err)}
 			}
 			if tag != rec.Seq {
 				eng.Stop()
@@ -277,7 +275,6 @@ func (t *term) apply(subject string, hdr nats.Header, data []byte, seq uint64, t
 	if hdr.Get(TickHeader) != "" && strings.HasSuffix(subject, "."+TickToken) {
 		t.eng.Tick(ms)
 	} else {
-		t.p.lastPos = ms
 		t.topicBuf = appendMQTTTopic(t.topicBuf[:0], subject)
 		t.eng.Push(&engine.Input{Payload: data, Topic: string(t.topicBuf), Arrival: ms, HasArrival: true, Line: int64(seq)})
 	}
@@ -305,7 +302,6 @@ func (t *term) sink(rs []result.Record) {
 	t.logResults("results to the bridge", rs)
 	p.firstResultAt.CompareAndSwap(0, now)
 	p.lastResultAt.Store(now)
-	br := p.r.br
 	// A publish waits (bridge backpressure) at most until the lease ends,
 	// or the pull loop, blocked behind this sink, could never find out
 	// that the partition moved.
@@ -318,12 +314,10 @@ func (t *term) sink(rs []result.Record) {
 	}
 	leased()
 	for i := range rs {
-		r := &rs[i]
-		t.buf = r.AppendJSON(t.buf[:0])
-		err := br.Publish(ctx, t.subjects[r.Type], r.Key(), t.buf)
+		err := t.out.Publish(ctx, &rs[i])
 		for errors.Is(err, context.DeadlineExceeded) && time.Now().UnixNano() < t.lease.Load() {
 			leased() // the lease was renewed meanwhile
-			err = br.Publish(ctx, t.subjects[r.Type], r.Key(), t.buf)
+			err = t.out.Publish(ctx, &rs[i])
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -333,13 +327,6 @@ func (t *term) sink(rs []result.Record) {
 				return
 			}
 			p.dropped.Add(1)
-			continue
-		}
-		switch r.Type {
-		case result.NoSignal:
-			br.MarkNoSignal(r.Courier, r.End, r.Lat, r.Lon)
-		case result.SignalRestored:
-			br.MarkOnline(r.Courier)
 		}
 	}
 }
@@ -351,13 +338,18 @@ func (t *term) checkpoint(after func()) bool {
 	if !t.ckptBusy.CompareAndSwap(false, true) {
 		return false
 	}
-	seq := t.last
+	seq, start := t.last, time.Now()
 	t.eng.Checkpoint(seq, func(snap [][]byte) {
 		defer t.ckptBusy.Store(false)
 		if after != nil {
 			defer after()
 		}
-		if err := t.record(seq, snap); err != nil && !errors.Is(err, errFenced) {
+		err := t.record(seq, snap)
+		switch {
+		case err == nil:
+			t.p.r.ckpt.done(start, snap)
+		case !errors.Is(err, errFenced):
+			t.p.r.ckpt.failed.Add(1)
 			t.p.r.log.Warn("checkpoint not recorded", "partition", t.p.n, "seq", seq, "err", err)
 		}
 	})

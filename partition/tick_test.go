@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/km0/edgeproc/internal/testenv"
 )
 
@@ -60,11 +63,16 @@ func TestIdleTicks(t *testing.T) {
 	equalsReplay(t, ns.URL(), cfg)
 }
 
-// checkHTTP reads the runner's /readyz and /metrics while it owns
-// partition 0 of a single-partition market.
+// checkHTTP reads the runner's partition status and metrics while it
+// owns partition 0 of a single-partition market.
 func checkHTTP(t *testing.T, r *Runner) {
 	t.Helper()
-	srv := httptest.NewServer(r.Handler())
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(r.Collector())
+	mux := http.NewServeMux()
+	mux.Handle("GET /partitions", r.StatusHandler())
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	get := func(path string) (int, string) {
 		res, err := http.Get(srv.URL + path)
@@ -75,14 +83,14 @@ func checkHTTP(t *testing.T, r *Runner) {
 		b, _ := io.ReadAll(res.Body)
 		return res.StatusCode, string(b)
 	}
-	code, body := get("/readyz")
+	code, body := get("/partitions")
 	var ready struct {
 		Ready      bool     `json:"ready"`
 		Partitions []Status `json:"partitions"`
 	}
 	if err := json.Unmarshal([]byte(body), &ready); err != nil || code != http.StatusOK || !ready.Ready ||
 		len(ready.Partitions) != 1 || !ready.Partitions[0].Owned || ready.Partitions[0].Processed == 0 {
-		t.Errorf("/readyz: %d %s (%v)", code, body, err)
+		t.Errorf("/partitions: %d %s (%v)", code, body, err)
 	}
 	_, metrics := get("/metrics")
 	for _, want := range []string{

@@ -5,7 +5,6 @@ import (
 	"net/http"
 
 	"github.com/km0/edgeproc/board"
-	"github.com/km0/edgeproc/bridge"
 	"github.com/km0/edgeproc/internal/tmath"
 	"github.com/km0/edgeproc/result"
 )
@@ -16,20 +15,21 @@ import (
 // among them. It returns ln wrapped so that closing the listener — which
 // both Shutdown and Close do — stops the board and ends its event streams,
 // so a graceful shutdown does not wait for the open pages.
-func attachBoard(srv *http.Server, ln net.Listener, ms []*market, deps *Deps) net.Listener {
+func attachBoard(srv *http.Server, ln net.Listener, ms []unit, deps *Deps) net.Listener {
 	var (
-		on    []*market
+		on    []unit
 		bms   []board.Market
 		tiles string
 	)
 	for _, m := range ms {
-		if !m.cfg.HTTP.Board {
+		c := m.conf()
+		if !c.HTTP.Board {
 			continue
 		}
 		on = append(on, m)
-		bms = append(bms, board.Market{Name: m.cfg.Market, Status: m.boardStatus})
+		bms = append(bms, board.Market{Name: c.Market, Status: boardStatus(m)})
 		if tiles == "" {
-			tiles = m.cfg.HTTP.BoardTiles
+			tiles = c.HTTP.BoardTiles
 		}
 	}
 	if len(on) == 0 {
@@ -41,7 +41,7 @@ func attachBoard(srv *http.Server, ln net.Listener, ms []*market, deps *Deps) ne
 		return ln
 	}
 	for _, m := range on {
-		m.snk.board = hub.Feed(m.cfg.Market)
+		m.setBoard(hub.Feed(m.conf().Market))
 	}
 	mux := http.NewServeMux()
 	bh := hub.Handler()
@@ -65,29 +65,23 @@ func (l *boardListener) Close() error {
 	return err
 }
 
-// onPosition is the engine's OnPosition: every valid position goes to the
-// courier bucket and, at the same point, to the board.
-func (m *market) onPosition(br *bridge.Bridge) func(courier []byte, ts int64, lat, lon float64) {
-	if m.snk.board == nil {
-		return br.UpdatePosition
-	}
-	f := m.snk.board
-	return func(courier []byte, ts int64, lat, lon float64) {
-		br.UpdatePosition(courier, ts, lat, lon)
-		f.Position(courier, ts, lat, lon)
-	}
-}
-
-// boardStatus is the market's health as the board shows it.
-func (m *market) boardStatus() board.Status {
-	s := m.snapshot()
-	return board.Status{
-		MQTT:         s.HasMQTT && s.MQTT.Connected,
-		NATS:         s.HasBridge && s.Bridge.Connected,
-		Watermark:    s.Engine.Watermark,
-		HasWatermark: s.HasEngine && s.Engine.Watermark != tmath.Never,
-		Received:     s.Engine.Received,
-		Late:         s.Engine.LateDistance + s.Engine.LateSession,
-		Rejected:     s.Engine.Results[result.Rejected.String()],
+// boardStatus is a unit's health as the board shows it. Its source is
+// the MQTT broker, or NATS for a partitioned market.
+func boardStatus(u unit) func() board.Status {
+	return func() board.Status {
+		s := u.snapshot()
+		source := s.HasMQTT && s.MQTT.Connected
+		if !s.HasMQTT {
+			source = s.HasBridge && s.Bridge.Connected
+		}
+		return board.Status{
+			MQTT:         source,
+			NATS:         s.HasBridge && s.Bridge.Connected,
+			Watermark:    s.Engine.Watermark,
+			HasWatermark: s.HasEngine && s.Engine.Watermark != tmath.Never,
+			Received:     s.Engine.Received,
+			Late:         s.Engine.LateDistance + s.Engine.LateSession,
+			Rejected:     s.Engine.Results[result.Rejected.String()],
+		}
 	}
 }

@@ -21,7 +21,12 @@ import (
 // deaf is not silent): before the first message of every new connection,
 // or once a new connection's subscription is granted, it logs a listen
 // entry, so silence counts from there; and it appends an idle tick only
-// while it is connected and subscribed.
+// while it is connected and subscribed. It also logs a listen when it
+// finds that it could not look for a while: the process was paused
+// (SIGSTOP, a suspended VM, a stalled runtime) or the wall clock stepped.
+// It looks every tickEvery (watch) and at every message and tick, on the
+// monotonic clock, so the first entry appended after such a gap is that
+// listen, and the gap is never applied as silence.
 type intake struct {
 	cfg     mqtt.Config
 	log     *slog.Logger
@@ -36,7 +41,41 @@ type intake struct {
 	now     int64      // ms, the latest arrival appended
 	heard   int64      // ms, the latest message or listen appended
 	conn    uint64     // the connection the latest listen was logged for
+	looked  time.Time  // the clock's reading at the latest look (observeLocked)
 	stopped bool       // nothing more is appended
+}
+
+// deafAfter is the longest gap between two looks at the clocks that is
+// not deafness: the intake looks every tickEvery, so a gap ten times as
+// long means the process did not run (a pause, a stall), and a wall clock
+// that moved that much more or less than the monotonic one stepped.
+const deafAfter = 10 * tickEvery
+
+// observeLocked reads the clock and returns the arrival stamp of an entry
+// appended now (the wall clock, never going back) and whether the intake
+// was deaf since its previous look: the monotonic clock moved more than
+// deafAfter (it could not look), or the wall clock moved more than
+// deafAfter away from it (a step, forward or back).
+func (in *intake) observeLocked() (now int64, deaf bool) {
+	t := in.clock()
+	if !in.looked.IsZero() {
+		mono := t.Sub(in.looked) // monotonic when both readings carry it
+		wall := time.Duration(t.UnixNano() - in.looked.UnixNano())
+		deaf = mono > deafAfter || wall-mono > deafAfter || mono-wall > deafAfter
+		if deaf {
+			in.log.Warn("the intake could not look at its clock for a while (the process was paused or stalled) or the wall clock stepped; the gap is not counted as silence",
+				"monotonic", mono.Round(time.Millisecond), "wall_clock", wall.Round(time.Millisecond))
+		}
+	}
+	in.looked = t
+	in.now = max(in.now, t.UnixMilli())
+	return in.now, deaf
+}
+
+// listenLocked logs that the market hears from now on.
+func (in *intake) listenLocked() {
+	in.heard = in.now
+	in.appendLocked(wal.Entry{Kind: wal.KindListen, Arrival: in.now}, nil)
 }
 
 // start connects to the broker. Messages may be handled before it returns.
@@ -65,12 +104,13 @@ func (in *intake) handle(msg *mqtt.Message) {
 	if in.stopped {
 		return // not acked: the broker redelivers it after the restart
 	}
-	in.now = max(in.now, in.clock().UnixMilli())
-	if conn, up, _ := in.hearing(); !up || conn != in.conn {
+	_, deaf := in.observeLocked()
+	if conn, up, _ := in.hearing(); !up || conn != in.conn || deaf {
 		// The first message of a new connection (or of one whose up-call
 		// has not run yet: then every message until it has gets a listen
-		// of its own). Whatever silence came before was deafness.
-		in.appendLocked(wal.Entry{Kind: wal.KindListen, Arrival: in.now}, nil)
+		// of its own), or the first after a pause or a clock step.
+		// Whatever silence came before was deafness.
+		in.listenLocked()
 		if up {
 			in.conn = conn
 		}
@@ -79,8 +119,10 @@ func (in *intake) handle(msg *mqtt.Message) {
 	in.appendLocked(wal.Entry{Arrival: in.now, Topic: msg.Topic, Payload: msg.Payload}, msg)
 }
 
-// watch logs a listen entry for a new connection whose subscription is
-// granted before any message arrives, every tickEvery until stop closes.
+// watch looks at the clocks and the connection every tickEvery until stop
+// closes: it logs a listen entry for a new connection whose subscription
+// is granted before any message arrives, and one after a pause or a clock
+// step.
 func (in *intake) watch(stop <-chan struct{}) {
 	t := time.NewTicker(tickEvery)
 	defer t.Stop()
@@ -90,10 +132,10 @@ func (in *intake) watch(stop <-chan struct{}) {
 			return
 		case <-t.C:
 			in.mu.Lock()
-			if conn, up, sub := in.hearing(); up && sub && conn != in.conn && !in.stopped {
-				in.now = max(in.now, in.clock().UnixMilli())
-				in.heard, in.conn = in.now, conn
-				in.appendLocked(wal.Entry{Kind: wal.KindListen, Arrival: in.now}, nil)
+			_, deaf := in.observeLocked()
+			if conn, up, sub := in.hearing(); up && sub && (conn != in.conn || deaf) && !in.stopped {
+				in.conn = conn
+				in.listenLocked()
 			}
 			in.mu.Unlock()
 		}
@@ -110,11 +152,14 @@ func (in *intake) tick(idle int64) bool {
 	if in.stopped || !up || !sub || conn != in.conn {
 		return false
 	}
-	now := max(in.now, in.clock().UnixMilli())
+	now, deaf := in.observeLocked()
+	if deaf {
+		in.listenLocked()
+		return false
+	}
 	if now-in.heard < idle {
 		return false
 	}
-	in.now = now
 	in.appendLocked(wal.Entry{Kind: wal.KindTick, Arrival: now}, nil)
 	return true
 }

@@ -173,8 +173,8 @@ func (m *market) serve(ctx context.Context, drain time.Duration) error {
 	// The bridge coalesces positions per courier and computes the cell
 	// when it writes, so this stays a map lookup per position; the board
 	// gets the same positions at the same point.
-	ecfg.OnPosition = m.onPosition(m.snk.br.Load())
-	ecfg.OnForget = m.snk.board.Forget
+	ecfg.OnPosition = m.snk.out.Position
+	ecfg.OnForget = m.snk.out.Forget
 	if err := m.recover(ecfg); err != nil {
 		closeCtx, cancel := context.WithTimeout(context.Background(), drain)
 		defer cancel()

@@ -91,11 +91,12 @@ import (
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/engine"
 	"github.com/km0/edgeproc/metrics"
+	"github.com/km0/edgeproc/partition"
 )
 
 // DefaultDrainTimeout bounds the shutdown wait for outstanding JetStream
 // acks (Deps.DrainTimeout).
-const DefaultDrainTimeout = 10 * time.Second
+const DefaultDrainTimeout = config.DefaultDrainTimeout
 
 // Deps are what Run gets from its caller rather than from the
 // configuration. Every field is optional.
@@ -168,13 +169,21 @@ func Run(ctx context.Context, cfgs []config.Config, deps Deps) error {
 		return err
 	}
 
-	markets := make([]*market, len(cfgs))
+	markets := make([]unit, len(cfgs))
 	for i, c := range cfgs {
 		nc := deps.NATS
 		if c.NATS.URL != Embedded {
 			nc = conns[natsKey(c)]
 		}
-		markets[i] = newMarket(c, nc, &deps)
+		if c.Source != "jetstream" {
+			markets[i] = newMarket(c, nc, &deps)
+			continue
+		}
+		p, err := newPartitioned(c, partition.Deps{Log: deps.Log, Conn: nc, Shards: deps.Shards})
+		if err != nil {
+			return fmt.Errorf("service: %w", err)
+		}
+		markets[i] = p
 	}
 
 	servers, err := startHTTP(markets, &deps)
@@ -253,11 +262,11 @@ func connectNATS(cfgs []config.Config, deps *Deps) (map[string]*nats.Conn, error
 
 // startHTTP binds one listener per distinct http.listen address and serves
 // /metrics, /healthz and /readyz for the markets on it.
-func startHTTP(markets []*market, deps *Deps) ([]*http.Server, error) {
-	groups := map[string][]*market{}
+func startHTTP(markets []unit, deps *Deps) ([]*http.Server, error) {
+	groups := map[string][]unit{}
 	var addrs []string
 	for _, m := range markets {
-		a := m.cfg.HTTP.Listen
+		a := m.conf().HTTP.Listen
 		if groups[a] == nil {
 			addrs = append(addrs, a)
 		}
@@ -276,7 +285,7 @@ func startHTTP(markets []*market, deps *Deps) ([]*http.Server, error) {
 		reg := prometheus.NewRegistry()
 		var mm []metrics.Market
 		for _, m := range ms {
-			mm = append(mm, metrics.Market{Name: m.cfg.Market, Snapshot: m.snapshot})
+			mm = append(mm, metrics.Market{Name: m.conf().Market, Snapshot: m.snapshot})
 		}
 		col := metrics.NewCollector(deps.Clock, mm...)
 		reg.MustRegister(col, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -292,7 +301,12 @@ func startHTTP(markets []*market, deps *Deps) ([]*http.Server, error) {
 		if deps.Listening != nil {
 			deps.Listening(ln.Addr())
 		}
-		srv := &http.Server{Handler: handler(reg, ms), ReadHeaderTimeout: 5 * time.Second}
+		h, err := handler(reg, ms)
+		if err != nil {
+			_ = ln.Close()
+			return fail(fmt.Errorf("service: %w", err))
+		}
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 		ln = attachBoard(srv, ln, ms, deps)
 		servers = append(servers, srv)
 		go func() {
@@ -306,11 +320,16 @@ func startHTTP(markets []*market, deps *Deps) ([]*http.Server, error) {
 }
 
 // handler serves the operations endpoints of markets.
-func handler(reg *prometheus.Registry, markets []*market) http.Handler {
+func handler(reg *prometheus.Registry, markets []unit) (http.Handler, error) {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	for _, m := range markets {
+		if err := m.extend(mux, reg); err != nil {
+			return nil, err
+		}
+	}
 	// Markets sharing a listener share its profiler: any of them asks.
-	if slices.ContainsFunc(markets, func(m *market) bool { return m.cfg.HTTP.Pprof }) {
+	if slices.ContainsFunc(markets, func(m unit) bool { return m.conf().HTTP.Pprof }) {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -323,8 +342,8 @@ func handler(reg *prometheus.Registry, markets []*market) http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		var dead []string
 		for _, m := range markets {
-			if err := m.dead.Load(); err != nil {
-				dead = append(dead, fmt.Sprintf("%s: %v", m.cfg.Market, *err))
+			if err := m.deadErr(); err != nil {
+				dead = append(dead, fmt.Sprintf("%s: %v", m.conf().Market, err))
 			}
 		}
 		if len(dead) > 0 {
@@ -338,7 +357,7 @@ func handler(reg *prometheus.Registry, markets []*market) http.Handler {
 		var notReady []string
 		for _, m := range markets {
 			if why := m.notReady(); why != "" {
-				notReady = append(notReady, m.cfg.Market+": "+why)
+				notReady = append(notReady, m.conf().Market+": "+why)
 			}
 		}
 		if len(notReady) > 0 {
@@ -348,5 +367,5 @@ func handler(reg *prometheus.Registry, markets []*market) http.Handler {
 		}
 		fmt.Fprintln(w, "ready")
 	})
-	return mux
+	return mux, nil
 }

@@ -1,7 +1,6 @@
 package service
 
 import (
-	"cmp"
 	"context"
 	"log/slog"
 	"sync/atomic"
@@ -14,6 +13,7 @@ import (
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/internal/ratelog"
 	"github.com/km0/edgeproc/metrics"
+	"github.com/km0/edgeproc/output"
 	"github.com/km0/edgeproc/result"
 )
 
@@ -31,10 +31,9 @@ type sink struct {
 	// board is the fleet board's feed; nil when http.board is off. Set by
 	// attachBoard before the market runs.
 	board *board.Feed
-
-	// Owned by the merger goroutine.
-	buf      []byte
-	subjects [len(result.Types)]string
+	// out publishes results and feeds the bucket and the board; set by
+	// open. Owned by the merger goroutine.
+	out *output.Sink
 	// pubCtx ends when the shutdown drain deadline passes: a result that
 	// cannot be published by then is given up (counted; no checkpoint is
 	// written past it).
@@ -50,16 +49,8 @@ type sink struct {
 // open creates the stream and bucket, retrying while NATS is unreachable.
 // It returns false, nil if ctx ends first.
 func (s *sink) open(ctx context.Context) (bool, error) {
-	cfg := bridge.Config{
-		Market: s.cfg.Market, SubjectPrefix: s.cfg.NATS.SubjectPrefix, Stream: s.cfg.NATS.Stream,
-		DuplicateWindow: s.cfg.NATS.DuplicateWindow,
-		ComputeCell:     true, CellResolution: s.cfg.Geo.H3Resolution,
-		KVInterval: s.cfg.NATS.KVInterval, MaxCouriers: s.cfg.Limits.MaxCouriers,
-		// The config's 0 is "no bound"; the bridge's 0 is its default.
-		MaxAge:   cmp.Or(s.cfg.NATS.MaxAge, bridge.Unlimited),
-		MaxBytes: cmp.Or(s.cfg.NATS.MaxBytes, bridge.Unlimited),
-		OnAcked:  s.ackLatency.Observe,
-	}
+	cfg := bridge.ConfigFrom(s.cfg)
+	cfg.OnAcked = s.ackLatency.Observe
 	if err := cfg.Validate(); err != nil {
 		return false, err
 	}
@@ -69,10 +60,8 @@ func (s *sink) open(ctx context.Context) (bool, error) {
 		br, err := bridge.Open(octx, s.nc, cfg, s.log)
 		cancel()
 		if err == nil {
+			s.out = output.New(br, s.board)
 			s.br.Store(br)
-			for _, t := range result.Types {
-				s.subjects[t] = br.Config().Subject(t.String())
-			}
 			s.pubCtx, s.cancelPub = context.WithCancel(context.Background())
 			return true, nil
 		}
@@ -89,27 +78,18 @@ func (s *sink) open(ctx context.Context) (bool, error) {
 	}
 }
 
-// publish is the engine's sink: it publishes rs in order and keeps the
-// couriers' statuses.
+// publish is the engine's sink: it publishes rs in order. A result that
+// cannot be published before the shutdown deadline is counted as lost;
+// the log keeps its input for the next start.
 func (s *sink) publish(rs []result.Record) {
-	br := s.br.Load()
 	for i := range rs {
-		r := &rs[i]
-		s.buf = r.AppendJSON(s.buf[:0])
-		if err := br.Publish(s.pubCtx, s.subjects[r.Type], r.Key(), s.buf); err != nil {
+		if err := s.out.Publish(s.pubCtx, &rs[i]); err != nil {
 			s.lost.Add(1)
 			if ok, n := s.errLog.Allow(); ok {
-				s.log.Error("result not published", "key", r.Key(), "err", err, "suppressed", n)
+				s.log.Error("result not published", "key", rs[i].Key(), "err", err, "suppressed", n)
 			}
 		}
-		switch r.Type {
-		case result.NoSignal:
-			br.MarkNoSignal(r.Courier, r.End, r.Lat, r.Lon)
-		case result.SignalRestored:
-			br.MarkOnline(r.Courier)
-		}
 	}
-	s.board.Results(rs)
 }
 
 // close waits (bounded by ctx) for every result's ack and closes the

@@ -49,7 +49,6 @@ func TestRun_ExitCodes(t *testing.T) {
 		{[]string{"check-config", "../../examples/scale-out/girona-a.yaml"}, 0, "ok (market girona)", ""},
 		{[]string{"check-config", "../../examples/scale-out/girona-b.yaml"}, 0, "ok (market girona)", ""},
 		{[]string{"check-config", "../../examples/scale-out/girona-c.yaml"}, 0, "ok (market girona)", ""},
-		{[]string{"run", "--config", "../../examples/scale-out/girona-a.yaml", "--config", "../../examples/valencia.yaml"}, 2, "", "runs alone in its process"},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {

@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/km0/edgeproc/config"
-	"github.com/km0/edgeproc/partition"
 	"github.com/km0/edgeproc/service"
 )
 
@@ -54,16 +53,6 @@ drain the engine, wait for JetStream's acks and exit 0.`,
 			}
 			for _, w := range warnings {
 				log.Warn(w)
-			}
-			if slices.ContainsFunc(cfgs, func(c config.Config) bool { return c.Source == "jetstream" }) {
-				if len(cfgs) != 1 {
-					return usageError{"a market with source: jetstream runs alone in its process: give one --config"}
-				}
-				r, err := partition.New(cfgs[0], partition.Deps{Log: log})
-				if err != nil {
-					return err
-				}
-				return r.Run(ctx)
 			}
 			return service.Run(ctx, cfgs, service.Deps{Log: log})
 		}

@@ -1,0 +1,165 @@
+package service_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/km0/edgeproc/config"
+	"github.com/km0/edgeproc/internal/testenv"
+	"github.com/km0/edgeproc/service"
+)
+
+// sourceYAML is a market of the given source whose every nats and limits
+// key is set to a non-default value; extra holds more top-level lines.
+func sourceYAML(market, source, mqttURL, natsURL, dir, extra string) string {
+	return fmt.Sprintf(`market: %s
+source: %s
+mqtt: {url: %q}
+nats:
+  url: %q
+  subject_prefix: acme.dlv
+  stream: RESULTS_%s
+  duplicate_window: 3m
+  kv_interval: 1h
+  max_age: 168h
+  max_bytes: 100MiB
+windows: {idle_timeout: 0s}
+state: {dir: %q}
+http: {listen: "127.0.0.1:0"}
+limits: {max_couriers: 3}
+%s`, market, source, mqttURL, natsURL, strings.ToUpper(market), dir, extra)
+}
+
+// TestRun_BothSourcesHonourTheNATSAndLimitsKeys runs one market of each
+// source in one process with every key of the nats and limits sections
+// set to a non-default value, and checks each reaches what it configures
+// on the real server: the results stream's name, subjects, retention and
+// duplicate window, the courier bucket, the positions stream's retention
+// (jetstream.max_age, jetstream.max_bytes), and limits.max_couriers in the
+// engine of each source. Both markets are served by one listener, with
+// the same metrics, board and health endpoints.
+func TestRun_BothSourcesHonourTheNATSAndLimitsKeys(t *testing.T) {
+	mq := testenv.StartMosquitto(t)
+	ns := testenv.StartNATS(t)
+	var cfgs []config.Config
+	for _, y := range []string{
+		sourceYAML("viaduct", "mqtt", mq.URL(), ns.URL(), t.TempDir(), ""),
+		sourceYAML("harbour", "jetstream", mq.URL(), ns.URL(), t.TempDir(), `jetstream:
+  replicas: 1
+  pin_ttl: 2s
+  max_age: 2h
+  max_bytes: 50MiB
+`),
+	} {
+		c, err := config.Parse(strings.NewReader(y), "test.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfgs = append(cfgs, c)
+	}
+	run := startService(t, cfgs, service.Deps{Log: testLog(t), Shards: 1})
+	addr := (<-run.addr).String()
+
+	nc := ns.Connect(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	streamOf := func(name string) jetstream.StreamConfig {
+		t.Helper()
+		var s jetstream.Stream
+		testenv.WaitFor(t, 30*time.Second, "stream "+name, func() bool {
+			s, err = js.Stream(ctx, name)
+			return err == nil
+		})
+		return s.CachedInfo().Config
+	}
+	for _, market := range []string{"viaduct", "harbour"} {
+		sc := streamOf("RESULTS_" + strings.ToUpper(market))
+		if sc.MaxAge != 168*time.Hour || sc.MaxBytes != 100<<20 || sc.Duplicates != 3*time.Minute {
+			t.Errorf("%s: results stream max_age %v, max_bytes %d, duplicates %v; want 168h, %d, 3m", market, sc.MaxAge, sc.MaxBytes, sc.Duplicates, 100<<20)
+		}
+		if want := "acme.dlv.dashboard." + market + ".>"; len(sc.Subjects) == 0 || sc.Subjects[0] != want {
+			t.Errorf("%s: results stream subjects %v, want %s first", market, sc.Subjects, want)
+		}
+		testenv.WaitFor(t, 30*time.Second, "courier bucket of "+market, func() bool {
+			_, err := js.KeyValue(ctx, config.CourierBucket(market))
+			return err == nil
+		})
+	}
+	pc := streamOf(config.PositionStream("harbour"))
+	if pc.MaxAge != 2*time.Hour || pc.MaxBytes != 50<<20 {
+		t.Errorf("positions stream max_age %v, max_bytes %d; want 2h, %d", pc.MaxAge, pc.MaxBytes, 50<<20)
+	}
+
+	// Five couriers in each market's engine: at max_couriers 3, with none
+	// of them idle, two are refused as courier_limit.
+	pub := mq.Publisher(t, "sources-test")
+	now := time.Now().UnixMilli()
+	for i := range 5 {
+		courier := "c" + strconv.Itoa(i)
+		payload := fmt.Appendf(nil, `{"courier":%q,"lat":41.98,"lon":2.82,"timestamp_ms":%d}`, courier, now+int64(i))
+		if err := pub.Publish(ctx, "km0/viaduct/positions/"+courier, payload); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := js.Publish(ctx, "part.harbour.0."+courier, payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	get := func(path string) (int, string) {
+		res, err := http.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	for _, market := range []string{"viaduct", "harbour"} {
+		for _, metric := range []string{
+			fmt.Sprintf(`edgeproc_positions_rejected_total{market=%q,reason="courier_limit"} 2`, market),
+			fmt.Sprintf(`edgeproc_positions_received_total{market=%q} 5`, market),
+			fmt.Sprintf(`edgeproc_couriers{market=%q} 3`, market),
+		} {
+			testenv.WaitFor(t, 30*time.Second, metric, func() bool {
+				_, body := get("/metrics")
+				return strings.Contains(body, metric)
+			})
+		}
+		if code, _ := get("/board/" + market); code != http.StatusOK {
+			t.Errorf("/board/%s: %d, want 200", market, code)
+		}
+	}
+	_, body := get("/metrics")
+	for _, re := range []string{
+		`edgeproc_bridge_published_total\{market="harbour"\}`,
+		`edgeproc_checkpoints_total\{market="harbour"\}`,
+		`edgeproc_partition_owned\{instance="[^"]+",market="harbour",partition="0"\} 1`,
+	} {
+		if !regexp.MustCompile(re).MatchString(body) {
+			t.Errorf("/metrics lacks %s", re)
+		}
+	}
+	if code, body := get("/partitions/harbour"); code != http.StatusOK || !strings.Contains(body, `"owned":true`) {
+		t.Errorf("/partitions/harbour: %d %s", code, body)
+	}
+	testenv.WaitFor(t, 30*time.Second, "/readyz ready", func() bool {
+		code, _ := get("/readyz")
+		return code == http.StatusOK
+	})
+	if code, body := get("/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz: %d %s", code, body)
+	}
+	run.stop(t, 30*time.Second)
+}
