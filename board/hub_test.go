@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	where "github.com/km0/edgeproc/courier"
 	"github.com/km0/edgeproc/result"
 )
 
@@ -466,8 +467,8 @@ func BenchmarkEncode2000(b *testing.B) {
 	st := &state{cfg: Config{Markets: []Market{{Name: "a"}}, Interval: time.Second}, markets: make([]marketView, 1)}
 	cs := make([]*courier, 2000)
 	for i := range cs {
-		cs[i] = &courier{id: fmt.Sprintf("courier-%04d", i), lat: 41.9 + float64(i)*1e-5, lon: 2.8 + float64(i)*1e-5,
-			ts: 1726308298000 + int64(i), hasDist: true, dist: float64(i), distEnd: 1726308298000}
+		cs[i] = &courier{id: fmt.Sprintf("courier-%04d", i), place: where.Place{Lat: 41.9 + float64(i)*1e-5, Lon: 2.8 + float64(i)*1e-5,
+			TS: 1726308298000 + int64(i)}, hasDist: true, dist: float64(i), distEnd: 1726308298000}
 	}
 	now := time.Now()
 	b.ReportAllocs()

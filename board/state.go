@@ -3,6 +3,8 @@ package board
 import (
 	"strconv"
 	"time"
+
+	where "github.com/km0/edgeproc/courier"
 )
 
 // State is what the board shows of a courier, in the order of the codes
@@ -28,22 +30,22 @@ func (s State) String() string { return stateText[s] }
 
 // courier is the hub's view of one courier; owned by the hub goroutine.
 type courier struct {
-	id       string
-	market   uint16
-	lat, lon float64
-	ts       int64 // the bucket's timestamp_ms: last position, or last seen when silent
-	noSignal bool
-	hasDist  bool
-	stopped  bool
-	dist     float64 // metres in the latest fired window
-	distEnd  int64   // that window's end, ms
-	dirty    bool    // changed since the last update sent
-	gone     bool    // forgotten: sent as gone, then dropped
+	id     string
+	market uint16
+	// place is the bucket's: last position, or last seen when silent,
+	// under the rule the bucket applies too.
+	place   where.Place
+	hasDist bool
+	stopped bool
+	dist    float64 // metres in the latest fired window
+	distEnd int64   // that window's end, ms
+	dirty   bool    // changed since the last update sent
+	gone    bool    // forgotten: sent as gone, then dropped
 }
 
 func (c *courier) state() State {
 	switch {
-	case c.noSignal:
+	case c.place.Silent:
 		return NoSignal
 	case !c.hasDist:
 		return Unknown
@@ -201,20 +203,17 @@ func (st *state) apply(e *event) {
 	}
 	switch e.kind {
 	case evPosition:
-		if e.ts <= c.ts {
+		if applied, _ := c.place.Position(e.ts, e.lat, e.lon); !applied {
 			return // late or duplicate: never moves the courier back
 		}
-		c.lat, c.lon, c.ts, c.noSignal = e.lat, e.lon, e.ts, false
 	case evNoSignal:
-		if c.ts > e.ts {
+		if applied, _ := c.place.NoSignal(e.ts, e.lat, e.lon); !applied {
 			return // a newer position arrived: the courier is back
 		}
-		c.lat, c.lon, c.ts, c.noSignal = e.lat, e.lon, e.ts, true
 	case evRestored:
-		if !c.noSignal {
+		if !c.place.Restored() {
 			return
 		}
-		c.noSignal = false
 	case evDistance:
 		if e.ts < c.distEnd {
 			return
@@ -358,11 +357,11 @@ func (st *state) encode(filter int, now time.Time, cs []*courier, full bool) []b
 		b = append(b, ',')
 		b = strconv.AppendInt(b, int64(m), 10)
 		b = append(b, ',')
-		b = strconv.AppendFloat(b, c.lat, 'f', -1, 64) // exact: the bucket's value
+		b = strconv.AppendFloat(b, c.place.Lat, 'f', -1, 64) // exact: the bucket's value
 		b = append(b, ',')
-		b = strconv.AppendFloat(b, c.lon, 'f', -1, 64)
+		b = strconv.AppendFloat(b, c.place.Lon, 'f', -1, 64)
 		b = append(b, ',')
-		b = strconv.AppendInt(b, c.ts, 10)
+		b = strconv.AppendInt(b, c.place.TS, 10)
 		b = append(b, ',')
 		b = strconv.AppendInt(b, int64(c.state()), 10)
 		b = append(b, ',')

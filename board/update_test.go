@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	where "github.com/km0/edgeproc/courier"
 )
 
 // What the hub encodes, DecodeMessage reads back: every field of a
@@ -19,7 +21,7 @@ func FuzzEncodeDecode(f *testing.F) {
 			!finite(lat) || !finite(lon) || !finite(dist) || math.Abs(lat) > 1e9 || math.Abs(lon) > 1e9 {
 			t.Skip("not a position the engine accepts")
 		}
-		c := &courier{id: id, lat: lat, lon: lon, ts: ts, noSignal: noSignal, hasDist: hasDist, stopped: stopped, dist: dist, distEnd: ts / 2}
+		c := &courier{id: id, place: where.Place{Lat: lat, Lon: lon, TS: ts, Silent: noSignal}, hasDist: hasDist, stopped: stopped, dist: dist, distEnd: ts / 2}
 		st := &state{
 			cfg:     Config{Markets: []Market{{Name: market}}, Interval: time.Second, Tiles: "/t/{z}/{x}/{y}"},
 			markets: []marketView{{status: Status{MQTT: true, Watermark: ts, HasWatermark: true}}},

@@ -8,6 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	where "github.com/km0/edgeproc/courier"
 )
 
 // Courier statuses stored in CourierState.Status.
@@ -336,7 +338,9 @@ func (b *Bridge) drain(now time.Time) {
 	t.spareUps, t.spareIDs = ups[:0], ids[:0]
 }
 
-// apply applies one update, newest timestamp winning.
+// apply applies one update: a whole state (UpdateCourier) newest
+// timestamp winning, the others under the rule the board applies too
+// (courier.Place).
 func (b *Bridge) apply(u *kvUpdate, ids []byte) {
 	t := &b.table
 	var (
@@ -353,35 +357,18 @@ func (b *Bridge) apply(u *kvUpdate, ids []byte) {
 		e, added = entry(b, u.id)
 	}
 	s := &e.state
+	p := where.Place{TS: s.TS, Lat: s.Lat, Lon: s.Lon, Silent: s.Status == StatusNoSignal}
+	applied, status := false, false
 	switch u.kind {
 	case updPosition:
-		if !added && u.ts <= s.TS {
-			return
-		}
-		s.Lat, s.Lon, s.TS, s.Cell = u.lat, u.lon, u.ts, ""
-		if s.Status != StatusOnline {
-			s.Status = StatusOnline
-			t.markUrgent(e)
-		}
+		applied, status = p.Position(u.ts, u.lat, u.lon)
 	case updNoSignal:
-		if !added && s.TS > u.ts {
-			return
-		}
-		if u.ts != s.TS || u.lat != s.Lat || u.lon != s.Lon {
-			s.Cell = ""
-		}
-		s.Lat, s.Lon, s.TS = u.lat, u.lon, u.ts
-		if s.Status != StatusNoSignal {
-			s.Status = StatusNoSignal
-			t.markUrgent(e)
-		}
+		applied, status = p.NoSignal(u.ts, u.lat, u.lon)
 	case updOnline:
-		if s.Status == StatusOnline {
-			return
-		}
-		s.Status = StatusOnline
-		t.markUrgent(e)
-	case updState:
+		status = p.Restored()
+		applied = status
+	}
+	if u.kind == updState {
 		if !added && u.ts < s.TS {
 			return
 		}
@@ -389,6 +376,20 @@ func (b *Bridge) apply(u *kvUpdate, ids []byte) {
 			t.markUrgent(e)
 		}
 		*s = CourierState{Courier: s.Courier, Lat: u.lat, Lon: u.lon, TS: u.ts, Cell: u.cell, Status: u.status}
+	} else {
+		if !applied {
+			return
+		}
+		if p.TS != s.TS || p.Lat != s.Lat || p.Lon != s.Lon {
+			s.Cell = "" // computed again when written
+		}
+		s.Lat, s.Lon, s.TS, s.Status = p.Lat, p.Lon, p.TS, StatusOnline
+		if p.Silent {
+			s.Status = StatusNoSignal
+		}
+		if status {
+			t.markUrgent(e)
+		}
 	}
 	e.dirty = true
 	if added {

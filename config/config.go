@@ -122,13 +122,10 @@ type JetStream struct {
 	// (yaml pin_ttl): the takeover delay after an owner dies. Default 10s;
 	// at least 1s, whole milliseconds.
 	PinTTL time.Duration
-	// MaxOwned is the most partitions this instance owns at once (yaml
-	// max_owned); at the limit it stops asking for the others, so that they
-	// go to instances with room. The pinned_client policy does not balance
-	// by itself: the first instance to ask gets a free partition. With I
-	// instances, ceil(Partitions/(I-1)) spreads the partitions and still
-	// lets the survivors own them all when one instance dies. Default 0:
-	// no limit.
+	// MaxOwned caps how many partitions this instance owns at once (yaml
+	// max_owned). The instances balance by themselves (each owns about
+	// partitions / instances, see package partition); the cap bounds one
+	// instance's load whatever the others do. Default 0: no cap.
 	MaxOwned int
 	// Replicas of the positions stream (when created here), the results
 	// stream and courier bucket, and the checkpoint bucket and object

@@ -15,7 +15,7 @@
 //	  partitions: 4                 # 1..1024, the N of the server's partition(N, ...) mapping
 //	  consumer: edgeproc-girona     # durable consumers CONSUMER-0 ... CONSUMER-(N-1)
 //	  pin_ttl: 10s                  # >= 1s; an owner silent this long loses its partitions
-//	  max_owned: 2                  # most partitions owned at once; 0 = no limit
+//	  max_owned: 2                  # cap on the partitions owned at once (they balance by themselves); 0 = none
 //	  replicas: 3                   # 1..5; stream (if created here), checkpoint bucket and store
 //	  max_age: 24h                  # positions kept (if created here); 0 or >= max(1h, 10 × checkpoint_interval)
 //	  max_bytes: 0                  # positions stream size bound (if created here); 0 = none

@@ -49,7 +49,7 @@ http: {listen: %q}
 	waitReady(t, listen, 30*time.Second)
 
 	const couriers, rounds, every = 10, 56, 250 * time.Millisecond // 14 s of publishing
-	const stopAt, contAt = 12, 40                                     // a 7 s pause, > gap + tolerated_delay
+	const stopAt, contAt = 12, 40                                  // a 7 s pause, > gap + tolerated_delay
 	pub := mosq.Publisher(t, "paused-pub")
 	lastTS := map[string]int64{}
 	for round := range rounds {

@@ -28,6 +28,7 @@ import (
 	"github.com/km0/edgeproc/internal/tmath"
 	"github.com/km0/edgeproc/position"
 	"github.com/km0/edgeproc/result"
+	"github.com/km0/edgeproc/wal"
 	"github.com/km0/edgeproc/watermark"
 	"github.com/km0/edgeproc/window"
 )
@@ -306,6 +307,31 @@ func (e *Engine) clock(c *chunk, seq, now int64) {
 func (e *Engine) Tick(now int64) {
 	e.clock(e.chunk(), 2*e.items, now)
 	e.Flush()
+}
+
+// Apply applies one entry of a market's log, at its place there (a
+// write-ahead-log index, or a partition's stream sequence: the line of a
+// rejected record's key, the same whenever the entry is applied): a
+// position arrives at its arrival, a tick applies the idle rule then, a
+// listen says the source could hear from then on. Every source applies
+// its log through here, live and when a recovery or a new owner replays
+// it.
+func (e *Engine) Apply(index uint64, en wal.Entry) {
+	switch en.Kind {
+	case wal.KindPosition:
+		in := EntryInput(index, en)
+		e.Push(&in)
+	case wal.KindTick:
+		e.Tick(en.Arrival)
+	case wal.KindListen:
+		e.Listen(en.Arrival)
+	}
+}
+
+// EntryInput is the input a position entry of a log is, at its place
+// index.
+func EntryInput(index uint64, en wal.Entry) Input {
+	return Input{Payload: en.Payload, Topic: en.Topic, Arrival: en.Arrival, HasArrival: true, Line: int64(index)}
 }
 
 // Listen records that the live source (re)started listening at processing

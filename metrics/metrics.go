@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/km0/edgeproc/bridge"
+	"github.com/km0/edgeproc/checkpoint"
 	"github.com/km0/edgeproc/engine"
 	"github.com/km0/edgeproc/internal/tmath"
 	"github.com/km0/edgeproc/mqtt"
@@ -90,6 +91,13 @@ type Durability struct {
 	// RecoveryDuration how long loading the checkpoint and replaying took.
 	Replayed         int64
 	RecoveryDuration time.Duration
+}
+
+// SetCheckpoints fills the checkpoint figures from a checkpointer's, the
+// same for both sources.
+func (d *Durability) SetCheckpoints(s checkpoint.Stats) {
+	d.LastCheckpoint, d.CheckpointDuration, d.CheckpointBytes = s.Last, s.Duration, s.Bytes
+	d.Checkpoints, d.CheckpointFailures, d.CheckpointsSkipped = s.Written, s.Failed, s.Skipped
 }
 
 // Market is one market as the Collector sees it.

@@ -35,8 +35,12 @@ const (
 	DefaultKeepAlive      = 30 * time.Second
 	DefaultAckInterval    = 5 * time.Millisecond
 	DefaultReconnectMin   = 250 * time.Millisecond
-	DefaultReconnectMax   = 30 * time.Second
-	DefaultMaxPayload     = config.DefaultMaxPacketSize
+	// DefaultReconnectMax keeps the reconnect attempts about a second
+	// apart however long the broker was away, so edgeproc is back within
+	// about a second of it (a refused connection costs the broker little;
+	// the jitter keeps a fleet of edge nodes out of lockstep).
+	DefaultReconnectMax = time.Second
+	DefaultMaxPayload   = config.DefaultMaxPacketSize
 	// PacketOverhead is what the announced Maximum Packet Size adds to
 	// MaxPayload: the fixed header (5), the longest topic (2+65535), the
 	// packet identifier (2) and room for properties (4 KiB), so that every
@@ -89,7 +93,7 @@ type Config struct {
 	AckInterval time.Duration
 	// ReconnectMin and ReconnectMax bound the reconnect backoff: the first
 	// retry waits ReconnectMin, each further one doubles up to ReconnectMax,
-	// with ±20 % jitter. Defaults 250ms and 30s.
+	// with ±20 % jitter, never above ReconnectMax. Defaults 250ms and 1s.
 	ReconnectMin, ReconnectMax time.Duration
 	// MaxPayload is the largest payload the broker may deliver, in bytes:
 	// CONNECT announces MaxPayload+PacketOverhead as the Maximum Packet Size.

@@ -171,6 +171,20 @@ func TestDurationConversions(t *testing.T) {
 	}
 }
 
+// TestBackoff_DefaultsAreBackWithinASecond: with the defaults no wait
+// between two attempts exceeds a second, however many failed (a broker
+// away for minutes), so edgeproc resubscribes about a second after it
+// returns.
+func TestBackoff_DefaultsAreBackWithinASecond(t *testing.T) {
+	c := Config{}.withDefaults()
+	b := backoff(c.ReconnectMin, c.ReconnectMax)
+	for attempt := range 200 {
+		if got := b(attempt); got > time.Second {
+			t.Fatalf("attempt %d waits %v, want at most 1s", attempt, got)
+		}
+	}
+}
+
 func TestBackoff_CappedDoubling(t *testing.T) {
 	minD, maxD := 100*time.Millisecond, 1*time.Second
 	b := backoff(minD, maxD)

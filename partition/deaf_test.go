@@ -38,7 +38,7 @@ func TestNATSOutage_IsNotSilence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const couriers, rounds = 10, 56 // 14 s
+	const couriers, rounds = 10, 56  // 14 s
 	const stopAt, restartAt = 12, 40 // a 7 s outage, > gap + tolerated_delay
 	queue := make(chan *nats.Msg, couriers*rounds)
 	sent := make(chan struct{})

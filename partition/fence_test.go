@@ -32,7 +32,7 @@ func TestClaim_FencesFormerOwner(t *testing.T) {
 	if a.epoch != 1 || b.epoch != 2 {
 		t.Fatalf("epochs %d, %d; want 1, 2", a.epoch, b.epoch)
 	}
-	if err := a.record(7, [][]byte{[]byte("stale")}); !errors.Is(err, errFenced) || !a.fenced.Load() {
+	if err := a.ckpt.Save(ctx, 7, [][]byte{[]byte("stale")}, time.Now()); !errors.Is(err, errFenced) || !a.fenced.Load() {
 		t.Fatalf("former owner's checkpoint: err %v, fenced %v; want errFenced and fenced", err, a.fenced.Load())
 	}
 	done := make(chan struct{})

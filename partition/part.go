@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/km0/edgeproc/checkpoint"
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/engine"
 )
@@ -51,10 +52,13 @@ type part struct {
 	lastTick time.Time
 
 	// Read by metrics and tests from any goroutine.
-	eng                                                atomic.Pointer[engine.Engine] // the current term's
-	refused                                            atomic.Pointer[string]        // why the last claim cannot succeed; nil: it can
-	pastMu                                             sync.Mutex
-	past                                               engine.Stats // counters of the ended terms' engines
+	eng      atomic.Pointer[engine.Engine]           // the current term's
+	ckpt     atomic.Pointer[checkpoint.Checkpointer] // the current term's
+	refused  atomic.Pointer[string]                  // why the last claim cannot succeed; nil: it can
+	pastMu   sync.Mutex
+	past     engine.Stats     // counters of the ended terms' engines
+	pastCkpt checkpoint.Stats // and of their checkpointers
+
 	owned, epoch, processed, applied, ckptSeq, lagMsgs atomic.Uint64
 	lastTS                                             atomic.Int64 // ms, stream time of the last message applied
 	takeovers, fenced, dropped, caughtUp               atomic.Uint64
@@ -138,6 +142,13 @@ func (p *part) run(ctx context.Context) {
 		p.hold()
 		if p.term != nil && p.term.fenced.Load() {
 			p.lose("fenced")
+		}
+		if p.term != nil && p.r.shed() {
+			// More than this instance's share: hand this one over.
+			p.r.log.Info("handing the partition over for balance", "partition", p.n, "owned", p.r.owned.Load(), "share", p.r.share())
+			p.release()
+			p.r.shedDone()
+			continue
 		}
 		if p.term == nil && p.r.atLimit() {
 			// Leave the partition to instances with room: no pull request.
@@ -249,6 +260,7 @@ func (p *part) acquire(ctx context.Context, pin string, sent time.Time) bool {
 	}
 	p.refused.Store(nil)
 	p.eng.Store(t.eng)
+	p.ckpt.Store(t.ckpt)
 	p.term = t
 	p.owned.Store(1)
 	p.epoch.Store(t.epoch)
@@ -308,9 +320,11 @@ func (p *part) release() {
 func (p *part) stop(t *term) {
 	t.eng.Stop()
 	p.eng.Store(nil)
-	st := t.eng.Stats()
+	p.ckpt.Store(nil)
+	st, cs := t.eng.Stats(), t.ckpt.Stats()
 	p.pastMu.Lock()
 	addStats(&p.past, st)
+	addCheckpoints(&p.pastCkpt, cs)
 	p.pastMu.Unlock()
 }
 
@@ -361,8 +375,6 @@ func (p *part) maybeCheckpoint() {
 	}
 	if t.checkpoint(nil) {
 		p.lastCkpt = time.Now()
-	} else {
-		p.r.ckpt.skipped.Add(1)
 	}
 }
 

@@ -103,9 +103,8 @@ type Runner struct {
 	board *board.Feed // nil: no board
 
 	// ackLatency is the time from a result handed to the bridge to its
-	// JetStream ack; ckpt counts the partitions' checkpoints.
+	// JetStream ack.
 	ackLatency metrics.Histogram
-	ckpt       ckptStats
 	// dead is the error that ended Run before it was asked to stop.
 	dead atomic.Pointer[error]
 	// mismatch says why the server's mapping disagrees with
@@ -113,19 +112,23 @@ type Runner struct {
 	mismatch atomic.Pointer[string]
 
 	parts []*part
-	owned atomic.Int64  // partitions this instance owns now
-	ready chan struct{} // closed once set-up is done
+	owned atomic.Int64 // partitions this instance owns now
+	// members holds the instances' heartbeats; shareN is this instance's
+	// share by the last count (0: not counted yet), shedding is set while
+	// a partition is handed over for balance (balance.go).
+	members  jetstream.KeyValue
+	shareN   atomic.Int64
+	shedding atomic.Bool
+	ready    chan struct{} // closed once set-up is done
 }
 
-// atLimit reports whether the instance owns jetstream.max_owned partitions.
-func (r *Runner) atLimit() bool {
-	limit := int64(r.cfg.JetStream.MaxOwned)
-	return limit > 0 && r.owned.Load() >= limit
-}
+// atLimit reports whether the instance owns its share of the partitions
+// (balance.go).
+func (r *Runner) atLimit() bool { return r.owned.Load() >= r.share() }
 
-// reserve counts one more owned partition unless that passes the limit.
+// reserve counts one more owned partition unless that passes the share.
 func (r *Runner) reserve() bool {
-	if n := r.owned.Add(1); r.cfg.JetStream.MaxOwned > 0 && n > int64(r.cfg.JetStream.MaxOwned) {
+	if n := r.owned.Add(1); n > r.share() {
 		r.owned.Add(-1)
 		return false
 	}
@@ -202,6 +205,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		wg.Go(func() { p.run(ctx) })
 	}
 	wg.Go(func() { r.watchMapping(ctx) })
+	wg.Go(func() { r.balance(ctx) })
 	r.log.Info("partitions running", "stream", r.cfg.JetStream.Stream, "partitions", len(r.parts))
 	wg.Wait()
 	return nil
@@ -297,6 +301,16 @@ func (r *Runner) setup(ctx context.Context) error {
 		Replicas:    jc.Replicas,
 	}); err != nil {
 		return fmt.Errorf("partition: checkpoint bucket: %w", err)
+	}
+	if r.members, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      membersBucket(r.cfg.Market),
+		Description: "edgeproc instances of market " + r.cfg.Market + ", for balance",
+		History:     1,
+		TTL:         jc.PinTTL,
+		Storage:     jetstream.FileStorage,
+		Replicas:    jc.Replicas,
+	}); err != nil {
+		return fmt.Errorf("partition: members bucket: %w", err)
 	}
 	if r.obs, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
 		Bucket:      snapshotBucket(r.cfg.Market),

@@ -5,13 +5,12 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/km0/edgeproc/bridge"
+	"github.com/km0/edgeproc/checkpoint"
 	"github.com/km0/edgeproc/engine"
 	"github.com/km0/edgeproc/internal/tmath"
 	"github.com/km0/edgeproc/metrics"
@@ -153,10 +152,15 @@ func (r *Runner) Snapshot() metrics.Snapshot {
 	}
 	st := engine.Stats{Rejected: map[string]int64{}, Results: map[string]int64{}, Watermark: tmath.Never}
 	owned := false
+	var cs checkpoint.Stats
 	for _, p := range r.parts {
 		p.pastMu.Lock()
 		addStats(&st, p.past)
+		addCheckpoints(&cs, p.pastCkpt)
 		p.pastMu.Unlock()
+		if c := p.ckpt.Load(); c != nil {
+			addCheckpoints(&cs, c.Stats())
+		}
 		if e := p.eng.Load(); e != nil {
 			es := e.Stats()
 			addStats(&st, es)
@@ -171,7 +175,8 @@ func (r *Runner) Snapshot() metrics.Snapshot {
 	s.Engine, s.HasEngine = st, true
 	s.Bridge, s.HasBridge, s.StreamReady = r.br.Stats(), true, r.br.StreamReady()
 	s.ResultLatency, s.HasResultLatency = r.ackLatency.Snapshot(), true
-	s.Durability, s.HasDurability = r.ckpt.metrics(), true
+	s.Durability.SetCheckpoints(cs)
+	s.HasDurability = true
 	return s
 }
 
@@ -196,34 +201,14 @@ func addStats(dst *engine.Stats, src engine.Stats) {
 	}
 }
 
-// ckptStats counts the checkpoints this instance recorded, for the
-// durability metrics both sources report.
-type ckptStats struct {
-	written, failed, skipped atomic.Uint64
-	mu                       sync.Mutex
-	last                     time.Time
-	duration                 time.Duration
-	bytes                    int64
-}
-
-// done counts a checkpoint recorded, started at start, of snapshot snap.
-func (c *ckptStats) done(start time.Time, snap [][]byte) {
-	var n int64
-	for _, b := range snap {
-		n += int64(len(b))
-	}
-	c.written.Add(1)
-	c.mu.Lock()
-	c.last, c.duration, c.bytes = time.Now(), time.Since(start), n
-	c.mu.Unlock()
-}
-
-func (c *ckptStats) metrics() metrics.Durability {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return metrics.Durability{
-		LastCheckpoint: c.last, CheckpointDuration: c.duration, CheckpointBytes: c.bytes,
-		Checkpoints: c.written.Load(), CheckpointFailures: c.failed.Load(), CheckpointsSkipped: c.skipped.Load(),
+// addCheckpoints adds the checkpoint figures of src to dst: counts add
+// up, the newest checkpoint's time, duration and size win.
+func addCheckpoints(dst *checkpoint.Stats, src checkpoint.Stats) {
+	dst.Written += src.Written
+	dst.Failed += src.Failed
+	dst.Skipped += src.Skipped
+	if src.Last.After(dst.Last) {
+		dst.Last, dst.Duration, dst.Bytes = src.Last, src.Duration, src.Bytes
 	}
 }
 

@@ -15,13 +15,15 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/km0/edgeproc/checkpoint"
 	"github.com/km0/edgeproc/engine"
 	"github.com/km0/edgeproc/output"
 	"github.com/km0/edgeproc/result"
+	"github.com/km0/edgeproc/wal"
 )
 
 // errFenced is why a fenced term records nothing.
-var errFenced = errors.New("partition owned by another instance")
+var errFenced = fmt.Errorf("%w: partition owned by another instance", checkpoint.ErrSuperseded)
 
 // record is a partition's checkpoint record in the key-value bucket. Every
 // owner writes it by compare-and-set on the revision it wrote last, so a
@@ -52,11 +54,11 @@ type term struct {
 	consSeq   uint64 // consumer sequence of the last delivery seen; 0: none yet
 	prevFirst bool   // the last delivery seen was a first delivery
 
-	rev      atomic.Uint64 // checkpoint record revision this term wrote last
-	object   string        // snapshot of that record; written by the checkpoint callback only
-	ckptBusy atomic.Bool
-	fenced   atomic.Bool
-	lease    atomic.Int64 // unix ns after which this term must not publish
+	rev    atomic.Uint64            // checkpoint record revision this term wrote last
+	object string                   // snapshot of that record; written by the checkpoint callback only
+	ckpt   *checkpoint.Checkpointer // over the term itself as its Saver
+	fenced atomic.Bool
+	lease  atomic.Int64 // unix ns after which this term must not publish
 
 	pubCtx    context.Context // ends when the term is fenced
 	cancelPub context.CancelFunc
@@ -101,6 +103,7 @@ func (p *part) claim(ctx context.Context, pin string, sent time.Time) (*term, er
 		t.rev.Store(newRev)
 		t.lease.Store(sent.Add(r.cfg.JetStream.PinTTL - p.leaseMargin()).UnixNano())
 		t.pubCtx, t.cancelPub = context.WithCancel(context.Background())
+		t.ckpt = checkpoint.NewCheckpointer(r.br.Flush, t, rec.Seq)
 		t.out = r.out.For()
 		ecfg := r.ecfg[p.n]
 		ecfg.OnPosition = t.out.Position
@@ -266,18 +269,18 @@ func (t *term) keepPin() {
 	t.consSeq = 0 // whatever was delivered is not applied: the next delivery catches up
 }
 
-// apply hands one message of the partition to the engine: a tick applies
-// the idle rule at its stream timestamp, anything else is an input
-// arriving at its stream timestamp, its stream sequence the line of a
-// rejected record's key.
+// apply hands one message of the partition to the engine as an entry of
+// the partition's log (engine.Apply): a tick applies the idle rule at its
+// stream timestamp, anything else is a position arriving at its stream
+// timestamp, its stream sequence the line of a rejected record's key.
 func (t *term) apply(subject string, hdr nats.Header, data []byte, seq uint64, ts time.Time) {
 	ms := ts.UnixMilli()
-	if hdr.Get(TickHeader) != "" && strings.HasSuffix(subject, "."+TickToken) {
-		t.eng.Tick(ms)
-	} else {
+	e := wal.Entry{Kind: wal.KindTick, Arrival: ms}
+	if hdr.Get(TickHeader) == "" || !strings.HasSuffix(subject, "."+TickToken) {
 		t.topicBuf = appendMQTTTopic(t.topicBuf[:0], subject)
-		t.eng.Push(&engine.Input{Payload: data, Topic: string(t.topicBuf), Arrival: ms, HasArrival: true, Line: int64(seq)})
+		e = wal.Entry{Kind: wal.KindPosition, Arrival: ms, Topic: string(t.topicBuf), Payload: data}
 	}
+	t.eng.Apply(seq, e)
 	t.last = seq
 	t.p.processed.Store(seq)
 	t.p.applied.Add(1)
@@ -335,44 +338,36 @@ func (t *term) sink(rs []result.Record) {
 // set, is called once it is recorded or given up. It reports false when a
 // checkpoint is still in progress.
 func (t *term) checkpoint(after func()) bool {
-	if !t.ckptBusy.CompareAndSwap(false, true) {
+	if !t.ckpt.Begin() {
 		return false
 	}
 	seq, start := t.last, time.Now()
 	t.eng.Checkpoint(seq, func(snap [][]byte) {
-		defer t.ckptBusy.Store(false)
 		if after != nil {
 			defer after()
 		}
-		err := t.record(seq, snap)
-		switch {
-		case err == nil:
-			t.p.r.ckpt.done(start, snap)
-		case !errors.Is(err, errFenced):
-			t.p.r.ckpt.failed.Add(1)
+		ctx, cancel := context.WithTimeout(t.pubCtx, opTimeout)
+		defer cancel()
+		if err := t.ckpt.Save(ctx, seq, snap, start); err != nil && !errors.Is(err, errFenced) {
 			t.p.r.log.Warn("checkpoint not recorded", "partition", t.p.n, "seq", seq, "err", err)
 		}
 	})
 	return true
 }
 
-// record stores a snapshot once every result before it is acked, then
-// points the checkpoint record at it by compare-and-set; a revision
-// mismatch means another instance claimed the partition: the term is
-// fenced.
-func (t *term) record(seq uint64, snap [][]byte) error {
+// Save is the term's checkpoint.Saver: it stores the snapshot as an
+// object, then points the checkpoint record at it by compare-and-set; a
+// revision mismatch means another instance claimed the partition: the
+// term is fenced.
+func (t *term) Save(ctx context.Context, seq uint64, snap [][]byte) (int64, error) {
 	p := t.p
-	ctx, cancel := context.WithTimeout(t.pubCtx, opTimeout)
-	defer cancel()
-	if err := p.r.br.Flush(ctx); err != nil {
-		return fmt.Errorf("results before the checkpoint not acknowledged: %w", err)
-	}
 	if t.fenced.Load() {
-		return errFenced
+		return 0, errFenced
 	}
 	name := fmt.Sprintf("%s-e%d-s%d", p.key, t.epoch, seq)
-	if _, err := p.r.obs.Put(ctx, jetstream.ObjectMeta{Name: name}, parts(snap)); err != nil {
-		return fmt.Errorf("store snapshot %s: %w", name, err)
+	info, err := p.r.obs.Put(ctx, jetstream.ObjectMeta{Name: name}, parts(snap))
+	if err != nil {
+		return 0, fmt.Errorf("store snapshot %s: %w", name, err)
 	}
 	val, _ := json.Marshal(record{Seq: seq, Object: name, Epoch: t.epoch, Owner: p.r.inst, Pin: t.pin, AtMs: time.Now().UnixMilli()})
 	rev, err := p.r.kv.Update(ctx, p.key, val, t.rev.Load())
@@ -380,9 +375,9 @@ func (t *term) record(seq uint64, snap [][]byte) error {
 		_ = p.r.obs.Delete(ctx, name)
 		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			t.fence()
-			return errFenced
+			return 0, errFenced
 		}
-		return fmt.Errorf("update checkpoint record %s: %w", p.key, err)
+		return 0, fmt.Errorf("update checkpoint record %s: %w", p.key, err)
 	}
 	t.rev.Store(rev)
 	p.ckptSeq.Store(seq)
@@ -391,7 +386,7 @@ func (t *term) record(seq uint64, snap [][]byte) error {
 		_ = p.r.obs.Delete(ctx, old)
 	}
 	t.object = name
-	return nil
+	return int64(info.Size), nil
 }
 
 // logResults leaves a trail of where a term's results went, at debug

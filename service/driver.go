@@ -48,28 +48,23 @@ type driver struct {
 	fatal       error // the log failed: nothing more can be acked
 }
 
-// apply hands one log entry to the engine: every kind, live and at
-// recovery alike, goes through here. A position (an MQTT message as
-// received, valid or not) carries its log index as Line, the line of a
-// rejected record's key, so that key is the same after a recovery; a tick
-// applies the idle rule at its arrival; a listen says the source
-// (re)started listening then, so the silence before it was deafness, not
-// evidence (contract §3).
+// apply hands one log entry to the engine (engine.Apply): every kind,
+// live and at recovery alike, goes through here, so a recovery decides
+// what the live run decided: a position's log index is the line of a
+// rejected record's key, a tick applies the idle rule at its arrival, a
+// listen says the source (re)started listening then, so the silence
+// before it was deafness, not evidence (contract §3).
 func (d *driver) apply(index uint64, e wal.Entry) {
+	if d.record != nil && e.Kind == wal.KindPosition {
+		d.record(d.cfg.Market, engine.EntryInput(index, e))
+	}
+	d.eng.Apply(index, e)
 	switch e.Kind {
 	case wal.KindPosition:
-		in := engine.Input{Payload: e.Payload, Topic: e.Topic, Arrival: e.Arrival, HasArrival: true, Line: int64(index)}
-		if d.record != nil {
-			d.record(d.cfg.Market, in)
-		}
-		d.eng.Push(&in)
 		d.changed = true
 	case wal.KindTick:
-		d.eng.Tick(e.Arrival)
 		d.tickPending = false
 		d.changed = true
-	case wal.KindListen:
-		d.eng.Listen(e.Arrival)
 	}
 	d.applied = index
 }

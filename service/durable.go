@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/km0/edgeproc/checkpoint"
@@ -36,39 +34,77 @@ type ckptJob struct {
 	start time.Time // when the barrier was sent
 }
 
-// ckptState is the checkpointer's hand-over and its metrics.
+// ckptState is the market's checkpointing: the protocol (package
+// checkpoint's Checkpointer, over the local saver), the hand-over from
+// the merger, and the figures of the last start.
 type ckptState struct {
-	store *checkpoint.Store
-	// jobs has capacity 1 and busy is set from the barrier until the write
-	// is done, so the merger's hand-over never blocks: a checkpoint due
-	// while one is in progress is skipped.
+	*checkpoint.Checkpointer // set by recover
+	// jobs has capacity 1 and the Checkpointer admits one checkpoint from
+	// its barrier until it is saved, so the merger's hand-over never
+	// blocks: a checkpoint due while one is in progress is skipped.
 	jobs chan ckptJob
-	busy atomic.Bool
 	// final is set by the merger with the shutdown snapshot, and read
 	// once the engine has stopped.
 	final *ckptJob
 
-	mu       sync.Mutex // guards the fields below, written by the checkpointer
-	prevTag  uint64     // tag of the newest checkpoint on disk
-	last     time.Time
-	duration time.Duration
-	bytes    int64
-
-	written, failed, skipped atomic.Uint64
-	fsync                    metrics.Histogram
-	replayed                 int64         // set before the market starts
-	recovery                 time.Duration // set before the market starts
+	fsync    metrics.Histogram
+	replayed int64         // set before the market starts
+	recovery time.Duration // set before the market starts
 }
 
 func (c *ckptState) metrics(ws wal.Stats) metrics.Durability {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return metrics.Durability{
-		LastCheckpoint: c.last, CheckpointDuration: c.duration, CheckpointBytes: c.bytes,
-		Checkpoints: c.written.Load(), CheckpointFailures: c.failed.Load(), CheckpointsSkipped: c.skipped.Load(),
+	d := metrics.Durability{
 		WALBytes: ws.Bytes, WALRepairs: ws.Repairs, WALStalled: ws.Stalled, WALStalls: ws.Stalls, Fsync: c.fsync.Snapshot(),
 		Replayed: c.replayed, RecoveryDuration: c.recovery,
 	}
+	if c.Checkpointer != nil {
+		d.SetCheckpoints(c.Stats())
+	}
+	return d
+}
+
+// localSaver makes a snapshot the recovery point of a market on the
+// MQTT source: a checkpoint file in state.dir/checkpoints, then the
+// write-ahead log truncated up to the oldest checkpoint the store kept,
+// not this one, so that a damaged newest checkpoint can fall back to the
+// previous one and still replay from there. The store says which it kept:
+// the final snapshot can repeat the tag of a periodic one that was still
+// being written when its barrier went out, and counting that tag as the
+// previous checkpoint truncated the log past the one really kept.
+type localSaver struct {
+	store *checkpoint.Store
+	log   *wal.Log
+}
+
+func (s localSaver) Save(_ context.Context, tag uint64, parts [][]byte) (int64, error) {
+	c, err := s.store.Write(tag, parts...)
+	if err != nil {
+		return 0, err
+	}
+	kept := s.store.Kept()
+	if len(kept) < 2 {
+		return c.Size, nil // no older checkpoint to fall back to: the log keeps everything
+	}
+	oldest := kept[len(kept)-1]
+	if err := s.log.TruncateFront(oldest + 1); err != nil && !errors.Is(err, wal.ErrClosed) {
+		return c.Size, fmt.Errorf("truncate write-ahead log before %d: %w", oldest+1, err)
+	}
+	return c.Size, nil
+}
+
+// flushResults is the market's wait before a checkpoint: the write-ahead
+// log after a checkpoint is the outbox of the results emitted since, so
+// every result emitted up to the barrier must be acked by JetStream (the
+// barrier's snapshot is handed over after the sink received them, so they
+// were all published before this), and none may have been given up.
+func (m *market) flushResults(ctx context.Context) error {
+	if err := m.snk.br.Load().Flush(ctx); err != nil {
+		return fmt.Errorf("wait for JetStream acks: %w", err)
+	}
+	if n := m.snk.lost.Load(); n > 0 {
+		return fmt.Errorf("%d results were never handed to JetStream: not checkpointing past them", n)
+	}
+	return nil
 }
 
 // walOptions maps state.wal_sync to the log's options.
@@ -112,7 +148,6 @@ func (m *market) recover(ecfg engine.Config) error {
 	if err != nil {
 		return err
 	}
-	m.ckpt.store = store
 	for _, err := range store.Unrestricted() {
 		m.log.Warn("checkpoint file or directory readable by others; could not make it private", "err", err)
 	}
@@ -181,7 +216,7 @@ func (m *market) recover(ecfg engine.Config) error {
 	eng.Flush()
 	d.applied = max(d.applied, tag)
 	d.tickPending = false
-	m.ckpt.prevTag = tag
+	m.ckpt.Checkpointer = checkpoint.NewCheckpointer(m.flushResults, localSaver{store: store, log: log}, tag)
 	m.ckpt.replayed = n
 	m.ckpt.recovery = time.Since(start)
 	m.wal.Store(log)
@@ -191,14 +226,10 @@ func (m *market) recover(ecfg engine.Config) error {
 }
 
 // startCheckpoint sends a checkpoint barrier through the engine, unless
-// nothing was applied since the last one or one is still being written.
+// nothing was applied since the last one or one is still being saved.
 // Called by the driver goroutine.
 func (m *market) startCheckpoint(d *driver) {
-	if !d.changed || d.fatal != nil {
-		return
-	}
-	if !m.ckpt.busy.CompareAndSwap(false, true) {
-		m.ckpt.skipped.Add(1)
+	if !d.changed || d.fatal != nil || !m.ckpt.Begin() {
 		return
 	}
 	d.changed = false
@@ -206,17 +237,14 @@ func (m *market) startCheckpoint(d *driver) {
 	m.log.Debug("checkpoint started", "tag", job.tag)
 	d.eng.Checkpoint(job.tag, func(snap [][]byte) {
 		job.snap = snap
-		m.ckpt.jobs <- job // never blocks: busy admits one job at a time
+		m.ckpt.jobs <- job // never blocks: Begin admits one job at a time
 	})
 }
 
 // snapshotFinal sends the shutdown barrier; the snapshot is in m.ckpt.final
 // once the engine has stopped.
 func (m *market) snapshotFinal(d *driver) {
-	m.ckpt.mu.Lock()
-	onDisk := m.ckpt.prevTag
-	m.ckpt.mu.Unlock()
-	if d.applied == onDisk || d.fatal != nil {
+	if d.applied == m.ckpt.Tag() || d.fatal != nil {
 		return
 	}
 	job := ckptJob{tag: d.applied, start: time.Now()}
@@ -226,74 +254,34 @@ func (m *market) snapshotFinal(d *driver) {
 	})
 }
 
-// checkpointer writes the snapshots handed over by the engine until the
-// engine has stopped (m.in closed and drained).
-func (m *market) checkpointer(ctx context.Context, log *wal.Log) {
+// checkpointer saves the snapshots handed over by the engine until ctx
+// ends (the engine has stopped, or the market fails).
+func (m *market) checkpointer(ctx context.Context) {
 	for {
 		select {
 		case job := <-m.ckpt.jobs:
-			if err := m.writeCheckpoint(ctx, log, job); err != nil && ctx.Err() == nil {
-				m.ckpt.failed.Add(1)
+			if err := m.ckpt.Save(ctx, job.tag, job.snap, job.start); err != nil && ctx.Err() == nil {
 				m.log.Error("checkpoint failed; the write-ahead log keeps everything since the previous one", "tag", job.tag, "err", err)
+			} else if err == nil {
+				m.log.Debug("checkpoint written", "tag", job.tag, "took", time.Since(job.start).Round(time.Microsecond))
 			}
-			m.ckpt.busy.Store(false)
 		case <-ctx.Done():
 			return
 		}
 	}
 }
 
-// writeCheckpoint makes one snapshot the recovery point. The write-ahead
-// log after a checkpoint is the outbox of the results emitted since: so
-// the checkpoint is written only once JetStream has acked every result
-// emitted up to its barrier (the barrier's snapshot is handed over after
-// the sink received those results, so they were all Published before this
-// Flush). Then the log is truncated up to the oldest checkpoint the store
-// kept, not this one, so that a damaged newest checkpoint can fall back to
-// the previous one and still replay from there. The store says which it
-// kept: the final snapshot can repeat the tag of a periodic one that was
-// still being written when its barrier went out, and counting that tag as
-// the previous checkpoint truncated the log past the one really kept.
-func (m *market) writeCheckpoint(ctx context.Context, log *wal.Log, job ckptJob) error {
-	if err := m.snk.br.Load().Flush(ctx); err != nil {
-		return fmt.Errorf("wait for JetStream acks: %w", err)
-	}
-	if n := m.snk.lost.Load(); n > 0 {
-		return fmt.Errorf("%d results were never handed to JetStream: not checkpointing past them", n)
-	}
-	c, err := m.ckpt.store.Write(job.tag, job.snap...)
-	if err != nil {
-		return err
-	}
-	m.ckpt.mu.Lock()
-	m.ckpt.prevTag = job.tag
-	m.ckpt.last, m.ckpt.duration, m.ckpt.bytes = time.Now(), time.Since(job.start), c.Size
-	m.ckpt.mu.Unlock()
-	m.ckpt.written.Add(1)
-	m.log.Debug("checkpoint written", "tag", job.tag, "bytes", c.Size, "took", time.Since(job.start).Round(time.Microsecond))
-	kept := m.ckpt.store.Kept()
-	if len(kept) < 2 {
-		return nil // no older checkpoint to fall back to: the log keeps everything
-	}
-	oldest := kept[len(kept)-1]
-	if err := log.TruncateFront(oldest + 1); err != nil && !errors.Is(err, wal.ErrClosed) {
-		return fmt.Errorf("truncate write-ahead log before %d: %w", oldest+1, err)
-	}
-	return nil
-}
-
-// finalCheckpoint writes the shutdown snapshot, if one was taken, once
+// finalCheckpoint saves the shutdown snapshot, if one was taken, once
 // every result is acked (bounded by ctx); if they are not, the log keeps
 // the inputs and the next start replays them.
-func (m *market) finalCheckpoint(ctx context.Context, log *wal.Log) error {
+func (m *market) finalCheckpoint(ctx context.Context) {
 	job := m.ckpt.final
 	if job == nil {
-		return nil
+		return
 	}
-	if err := m.writeCheckpoint(ctx, log, *job); err != nil {
-		m.ckpt.failed.Add(1)
+	if err := m.ckpt.Save(ctx, job.tag, job.snap, job.start); err != nil {
 		m.log.Warn("final checkpoint not written; the next start replays the write-ahead log", "tag", job.tag, "err", err)
-		return nil
+		return
 	}
-	return nil
+	m.log.Debug("checkpoint written", "tag", job.tag, "took", time.Since(job.start).Round(time.Microsecond))
 }

@@ -191,7 +191,7 @@ func (m *market) serve(ctx context.Context, drain time.Duration) error {
 	ckptDone := make(chan struct{})
 	go func() {
 		defer close(ckptDone)
-		m.checkpointer(runCtx, log)
+		m.checkpointer(runCtx)
 	}()
 	drvDone := make(chan struct{})
 	go func() {
@@ -234,7 +234,7 @@ func (m *market) serve(ctx context.Context, drain time.Duration) error {
 	<-ckptDone
 
 	srcErr := m.in.close(closeCtx) // acks given so far get their last flush
-	ckErr := m.finalCheckpoint(closeCtx, log)
+	m.finalCheckpoint(closeCtx)
 	brErr := m.snk.close(closeCtx)
 	walErr := log.Close()
 	if n := m.snk.lost.Load(); n > 0 {
@@ -248,7 +248,7 @@ func (m *market) serve(ctx context.Context, drain time.Duration) error {
 	if err == nil && (srcErr != nil || brErr != nil) {
 		err = fmt.Errorf("shutdown: mqtt: %v; nats: %w", srcErr, brErr)
 	}
-	return errors.Join(err, wrapErr("sync write-ahead log", syncErr), ckErr, wrapErr("close write-ahead log", walErr))
+	return errors.Join(err, wrapErr("sync write-ahead log", syncErr), wrapErr("close write-ahead log", walErr))
 }
 
 func wrapErr(what string, err error) error {

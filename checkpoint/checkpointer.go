@@ -1,0 +1,127 @@
+package checkpoint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ErrSuperseded is wrapped by a Saver's error when the recovery point is
+// no longer this writer's to move (another instance owns the partition):
+// the checkpoint is given up, and not counted as a failure.
+var ErrSuperseded = errors.New("recovery point owned by another writer")
+
+// A Saver makes a snapshot the recovery point: after a crash, the state
+// is restored from it and the log replayed after tag (a write-ahead-log
+// index, or a partition's stream sequence). edgeproc has two: the local
+// state directory (a checkpoint file, then the write-ahead log truncated
+// up to the oldest checkpoint kept; package service) and JetStream (an
+// object, then the partition's checkpoint record by compare-and-set;
+// package partition).
+type Saver interface {
+	// Save stores the snapshot made of parts and returns its size in
+	// bytes.
+	Save(ctx context.Context, tag uint64, parts [][]byte) (int64, error)
+}
+
+// Checkpointer is the checkpoint protocol both sources share: one
+// checkpoint at a time, and a snapshot stored only once every result
+// emitted before its barrier is acknowledged, so that the log after a
+// recovery point is the outbox of the results not yet delivered; and the
+// figures an operator watches. Its methods are safe for concurrent use.
+type Checkpointer struct {
+	flush func(context.Context) error
+	saver Saver
+
+	busy                     atomic.Bool
+	written, failed, skipped atomic.Uint64
+
+	mu       sync.Mutex // guards the fields below
+	tag      uint64     // of the newest recovery point
+	last     time.Time
+	duration time.Duration
+	bytes    int64
+}
+
+// NewCheckpointer returns the checkpointer that stores snapshots with s
+// once flush (waiting, bounded by its context, for the acknowledgement of
+// every result handed over so far) returns nil. tag is the recovery point
+// the state was restored from (0: none).
+func NewCheckpointer(flush func(context.Context) error, s Saver, tag uint64) *Checkpointer {
+	c := &Checkpointer{flush: flush, saver: s}
+	c.tag = tag
+	return c
+}
+
+// Begin reserves the checkpointer for one checkpoint, whose barrier the
+// caller then sends; Save ends it. It reports false, counted as skipped,
+// while the previous one is still being saved.
+func (c *Checkpointer) Begin() bool {
+	if c.busy.CompareAndSwap(false, true) {
+		return true
+	}
+	c.skipped.Add(1)
+	return false
+}
+
+// Save makes the snapshot taken at tag (its barrier sent at start) the
+// recovery point: it waits for the acknowledgement of every result before
+// it, then stores it. It ends the checkpoint Begin reserved, if any, and
+// counts a failure unless the error wraps ErrSuperseded.
+func (c *Checkpointer) Save(ctx context.Context, tag uint64, parts [][]byte, start time.Time) error {
+	defer c.busy.Store(false)
+	err := c.save(ctx, tag, parts, start)
+	if err != nil && !errors.Is(err, ErrSuperseded) {
+		c.failed.Add(1)
+	}
+	return err
+}
+
+func (c *Checkpointer) save(ctx context.Context, tag uint64, parts [][]byte, start time.Time) error {
+	if err := c.flush(ctx); err != nil {
+		return fmt.Errorf("results before checkpoint %d not acknowledged: %w", tag, err)
+	}
+	n, err := c.saver.Save(ctx, tag, parts)
+	if err != nil {
+		return err
+	}
+	c.written.Add(1)
+	c.mu.Lock()
+	c.tag, c.last, c.duration, c.bytes = tag, time.Now(), time.Since(start), n
+	c.mu.Unlock()
+	return nil
+}
+
+// Tag is the tag of the newest recovery point: the last one saved, or
+// the one the state was restored from.
+func (c *Checkpointer) Tag() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.tag
+}
+
+// Stats are a Checkpointer's figures.
+type Stats struct {
+	// Last is when the newest checkpoint was saved (zero: none yet),
+	// Duration how long it took from its barrier, Bytes its size.
+	Last     time.Time
+	Duration time.Duration
+	Bytes    int64
+	// Written, Failed and Skipped count checkpoints saved, failed (the
+	// results' acks or the store) and not started because one was in
+	// progress.
+	Written, Failed, Skipped uint64
+}
+
+// Stats returns the figures so far.
+func (c *Checkpointer) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return Stats{
+		Last: c.last, Duration: c.duration, Bytes: c.bytes,
+		Written: c.written.Load(), Failed: c.failed.Load(), Skipped: c.skipped.Load(),
+	}
+}

@@ -1,0 +1,128 @@
+package partition
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Balance. The pinned_client policy gives a free partition to whoever asks
+// first, so the instances keep count of each other themselves: every
+// instance writes a heartbeat into the market's members bucket every
+// pin_ttl/4 (its key expires pin_ttl after the last one, and a heartbeat
+// older than pin_ttl is not counted), and its share is
+// ceil(partitions / live instances), capped by jetstream.max_owned when
+// set. An instance below its share asks for free partitions; one at it
+// stops asking; one above it (an instance joined) hands one partition
+// over at a time, gracefully (final checkpoint, then unpin), to whoever
+// asks: the instances below their share. A leaving instance deletes its
+// heartbeat first, so the others' shares grow at once. Ownership itself
+// is unchanged: pins, claims and fencing decide it, never this count, so
+// a wrong count can only delay a takeover, never give a partition two
+// owners.
+
+// heartbeat is an instance's record in the members bucket.
+type heartbeat struct {
+	Instance string `json:"instance"`
+	AtMs     int64  `json:"at_ms"`
+	Owned    int64  `json:"owned"`
+}
+
+func membersBucket(market string) string { return "edgeproc_members_" + market }
+
+// memberKey is the instance's key: its name may hold any printable
+// character, a key only a few.
+func memberKey(inst string) string { return base64.RawURLEncoding.EncodeToString([]byte(inst)) }
+
+// heartbeatEvery is how often an instance writes its heartbeat and counts
+// the others.
+func (r *Runner) heartbeatEvery() time.Duration { return r.cfg.JetStream.PinTTL / 4 }
+
+// share is how many partitions this instance should own now.
+func (r *Runner) share() int64 {
+	n := r.shareN.Load()
+	if n <= 0 { // before the first count: alone
+		n = int64(len(r.parts))
+	}
+	if m := int64(r.cfg.JetStream.MaxOwned); m > 0 {
+		n = min(n, m)
+	}
+	return n
+}
+
+// balance writes the heartbeat and counts the live instances every
+// heartbeatEvery until ctx ends, then deletes the heartbeat, so that the
+// others take this instance's partitions over without waiting for it to
+// expire.
+func (r *Runner) balance(ctx context.Context) {
+	t := time.NewTicker(r.heartbeatEvery())
+	defer t.Stop()
+	key := memberKey(r.inst)
+	for {
+		r.count(ctx, key)
+		select {
+		case <-ctx.Done():
+			dctx, cancel := context.WithTimeout(context.Background(), r.cfg.JetStream.PinTTL)
+			_ = r.members.Delete(dctx, key)
+			cancel()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// count writes this instance's heartbeat and sets its share from the live
+// instances' heartbeats. An error leaves the share as it was.
+func (r *Runner) count(ctx context.Context, key string) {
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.JetStream.PinTTL)
+	defer cancel()
+	now := time.Now()
+	val, _ := json.Marshal(heartbeat{Instance: r.inst, AtMs: now.UnixMilli(), Owned: r.owned.Load()})
+	if _, err := r.members.Put(cctx, key, val); err != nil {
+		r.log.Debug("heartbeat not written", "err", err)
+		return
+	}
+	lister, err := r.members.ListKeys(cctx)
+	if err != nil {
+		return
+	}
+	live := int64(0)
+	for k := range lister.Keys() {
+		if k == key {
+			live++
+			continue
+		}
+		e, err := r.members.Get(cctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		var hb heartbeat
+		if err != nil || json.Unmarshal(e.Value(), &hb) != nil {
+			continue
+		}
+		if now.Sub(time.UnixMilli(hb.AtMs)) <= r.cfg.JetStream.PinTTL {
+			live++
+		}
+	}
+	if live == 0 {
+		return
+	}
+	n := int64(len(r.parts))
+	share := (n + live - 1) / live
+	if old := r.shareN.Swap(share); old != share {
+		r.log.Info("partition share", "instances", live, "share", r.share(), "owned", r.owned.Load())
+	}
+}
+
+// shed reports whether partition p, owned here, should be handed over
+// now: this instance owns more than its share and no other partition is
+// being handed over. The caller releases p and then calls shedDone.
+func (r *Runner) shed() bool {
+	return r.owned.Load() > r.share() && r.shedding.CompareAndSwap(false, true)
+}
+
+func (r *Runner) shedDone() { r.shedding.Store(false) }

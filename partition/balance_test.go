@@ -1,0 +1,64 @@
+package partition
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/km0/edgeproc/internal/testenv"
+)
+
+// TestBalance_JoinAndLeaveUnderLoad: one instance owns all six partitions;
+// a second and a third join while the fleet publishes, and each time the
+// partitions spread within one of each other in 2 × pin_ttl (plus slack
+// for a busy machine); the second leaves gracefully and the two left
+// share them again. Nothing is lost or doubled by the hand-overs: the
+// results stream equals the per-partition replay, once per key.
+func TestBalance_JoinAndLeaveUnderLoad(t *testing.T) {
+	const partitions = 6
+	ns := testenv.StartNATSWithMappings(t, mapping(partitions))
+	cfg := testConfig(t, ns.URL(), partitions)
+	pinTTL := cfg.JetStream.PinTTL
+	a := startInstance(t, cfg, ns.Connect(t), "a", nil)
+	testenv.WaitFor(t, 30*time.Second, "a ready", a.r.Ready)
+
+	msgs := testenv.FleetMessages("girona", 120, 12*time.Minute, 3, time.Now())
+	pub := ns.Connect(t)
+	published := make(chan struct{})
+	go func() {
+		defer close(published)
+		publishFleet(t, pub, msgs, 500, nil)
+	}()
+	spread := func(what string, want []int, ins ...*instance) {
+		t.Helper()
+		start := time.Now()
+		// 2 × pin_ttl, and as much again for a loaded 2-core machine.
+		testenv.WaitFor(t, 4*pinTTL+5*time.Second, what, func() bool {
+			total, lo, hi := 0, partitions, 0
+			for _, in := range ins {
+				n := ownedBy(in)
+				total += n
+				lo, hi = min(lo, n), max(hi, n)
+			}
+			return total == partitions && hi-lo <= 1 && hi == want[0] && lo == want[len(want)-1]
+		})
+		var owned []string
+		for _, in := range ins {
+			owned = append(owned, fmt.Sprintf("%s %d", in.r.Instance(), ownedBy(in)))
+		}
+		t.Logf("%s after %v: %v", what, time.Since(start).Round(10*time.Millisecond), owned)
+	}
+	spread("a owns every partition", []int{6}, a)
+	b := startInstance(t, cfg, ns.Connect(t), "b", nil)
+	spread("a and b share the partitions", []int{3}, a, b)
+	c := startInstance(t, cfg, ns.Connect(t), "c", nil)
+	spread("a, b and c share the partitions", []int{2}, a, b, c)
+	b.Stop()
+	spread("a and c share the partitions after b left", []int{3}, a, c)
+	<-published
+	last := lastSeqs(t, pub, cfg)
+	testenv.WaitFor(t, time.Minute, "every partition applied to its end", func() bool { return caughtUp(last, statuses(a, c)...) })
+	a.Stop()
+	c.Stop()
+	t.Logf("%d results, as the replay", equalsReplay(t, ns.URL(), cfg))
+}
