@@ -82,6 +82,9 @@ type MQTT struct {
 	MaxPacketSize int
 }
 
+// Ingests are the accepted values of jetstream.ingest.
+var Ingests = []string{"gateway", "mqtt"}
+
 // Sources are the accepted values of source.
 var Sources = []string{"mqtt", "jetstream"}
 
@@ -143,6 +146,14 @@ type JetStream struct {
 	// the oldest positions are deleted, checkpointed or not, which a new
 	// owner reports as missing. Default 0: no size bound.
 	MaxBytes int64
+	// Ingest is how positions reach the stream (yaml ingest): "gateway"
+	// (nats-server's MQTT gateway and subject mapping store them; the
+	// gateway acks a phone once its own store has a position, before the
+	// positions stream does) or "mqtt" (the phones publish to the
+	// market's broker, the mqtt section; every instance takes its share
+	// with one shared subscription and acks a position to the broker only
+	// once the positions stream has stored it). Default "gateway".
+	Ingest string
 	// Instance names this process in ownership records, logs and metrics;
 	// it must differ between the instances of a market. Default empty:
 	// the host name and process id.
@@ -353,6 +364,7 @@ func Default() Config {
 			PinTTL:     DefaultPinTTL,
 			Replicas:   DefaultReplicas,
 			MaxAge:     DefaultPositionsMaxAge,
+			Ingest:     "gateway",
 		},
 		MQTT: MQTT{
 			URL:           DefaultMQTTURL,

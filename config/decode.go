@@ -97,6 +97,7 @@ func (d *decoder) decode(r io.Reader, c *Config) {
 			{"replicas", d.int(&c.JetStream.Replicas)},
 			{"max_age", d.duration(&c.JetStream.MaxAge)},
 			{"max_bytes", d.size(&c.JetStream.MaxBytes, math.MaxInt64)},
+			{"ingest", d.str(&c.JetStream.Ingest)},
 			{"instance", d.str(&c.JetStream.Instance)},
 		})},
 		{"mqtt", d.section([]field{

@@ -210,6 +210,9 @@ func (j JetStream) validate(v *validator) {
 	case j.MaxAge%time.Second != 0:
 		v.add("jetstream.max_age", j.MaxAge.String(), ErrInvalid, "must be a whole number of seconds")
 	}
+	if !slices.Contains(Ingests, j.Ingest) {
+		v.add("jetstream.ingest", j.Ingest, ErrInvalid, "must be one of "+strings.Join(Ingests, ", "))
+	}
 	if j.MaxBytes < 0 {
 		v.add("jetstream.max_bytes", strconv.FormatInt(j.MaxBytes, 10), ErrNegative, "must not be negative (0 = no size bound)")
 	}

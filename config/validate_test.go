@@ -73,6 +73,7 @@ func TestValidate_Rules(t *testing.T) {
 		{"positions max_age fraction of a second", j + "jetstream:\n  max_age: 2h500ms\n", "jetstream.max_age", ErrInvalid},
 		{"positions max_age under an hour", j + "jetstream:\n  max_age: 59m\n", "jetstream.max_age", ErrOutOfRange},
 		{"positions max_age under 10 checkpoints", j + "jetstream:\n  max_age: 2h\nstate:\n  checkpoint_interval: 15m\n", "jetstream.max_age", ErrOutOfRange},
+		{"ingest unknown", j + "jetstream:\n  ingest: kafka\n", "jetstream.ingest", ErrInvalid},
 		{"positions max_bytes negative", j + "jetstream:\n  max_bytes: -1\n", "jetstream.max_bytes", ErrBadSize},
 
 		// windows

@@ -75,6 +75,9 @@ type Deps struct {
 	// Conn is the NATS connection to cfg.NATS.URL (required; the runner
 	// does not close it).
 	Conn *nats.Conn
+	// MQTTURL is the broker when mqtt.url is "embedded" (jetstream.ingest:
+	// mqtt).
+	MQTTURL string
 	// Shards is the engine shard count per partition. Default
 	// max(1, NumCPU / partitions).
 	Shards int
@@ -119,6 +122,9 @@ type Runner struct {
 	members  jetstream.KeyValue
 	shareN   atomic.Int64
 	shedding atomic.Bool
+	// relay takes positions from the market's broker (jetstream.ingest:
+	// mqtt); nil with the gateway.
+	relay *relay
 	ready    chan struct{} // closed once set-up is done
 }
 
@@ -161,6 +167,12 @@ func New(cfg config.Config, deps Deps) (*Runner, error) {
 		cfg: cfg, deps: deps, inst: inst, start: time.Now(), ready: make(chan struct{}),
 		log: deps.Log.With("market", cfg.Market, "instance", inst),
 	}
+	if cfg.JetStream.Ingest == "mqtt" {
+		if cfg.MQTT.URL == "embedded" {
+			r.cfg.MQTT.URL = deps.MQTTURL
+		}
+		r.relay = newRelay(r)
+	}
 	for n := range cfg.JetStream.Partitions {
 		ecfg := EngineConfig(cfg, n)
 		ecfg.Shards = deps.Shards
@@ -200,6 +212,18 @@ func (r *Runner) Run(ctx context.Context) error {
 			r.log.Warn("results not all acknowledged at shutdown", "err", err)
 		}
 	}()
+	if r.relay != nil {
+		if err := r.relay.start(ctx, r.nc); err != nil {
+			err = fmt.Errorf("partition: market %s: mqtt ingest: %w", r.cfg.Market, err)
+			r.dead.Store(&err)
+			return err
+		}
+		defer func() {
+			dctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+			defer cancel()
+			r.relay.close(dctx)
+		}()
+	}
 	var wg sync.WaitGroup
 	for _, p := range r.parts {
 		wg.Go(func() { p.run(ctx) })

@@ -124,6 +124,11 @@ func (r *Runner) NotReady() string {
 	case !r.br.StreamReady():
 		return "nats: stream " + r.br.Config().Stream + " not ready"
 	}
+	if r.relay != nil {
+		if why := r.relay.ready(); why != "" {
+			return why
+		}
+	}
 	var refused []string
 	if why := r.mismatch.Load(); why != nil && *why != "" {
 		refused = append(refused, *why)

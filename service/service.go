@@ -179,7 +179,7 @@ func Run(ctx context.Context, cfgs []config.Config, deps Deps) error {
 			markets[i] = newMarket(c, nc, &deps)
 			continue
 		}
-		p, err := newPartitioned(c, partition.Deps{Log: deps.Log, Conn: nc, Shards: deps.Shards})
+		p, err := newPartitioned(c, partition.Deps{Log: deps.Log, Conn: nc, Shards: deps.Shards, MQTTURL: deps.MQTTURL})
 		if err != nil {
 			return fmt.Errorf("service: %w", err)
 		}

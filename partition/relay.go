@@ -1,0 +1,215 @@
+package partition
+
+import (
+	"context"
+	"encoding/hex"
+	"hash/fnv"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/km0/edgeproc/config"
+	"github.com/km0/edgeproc/mqtt"
+)
+
+// The relay (jetstream.ingest: mqtt) is the positions' way into the
+// stream when the couriers' phones publish to the market's own MQTT
+// broker: every instance subscribes with one shared subscription, so the
+// broker hands each position to one of them, which stores it in its
+// partition's subject and acks it to the broker only once the stream has
+// acked it (contract §8: acknowledged only once durable). A position
+// whose store fails (the stream without a leader while a node is lost) is
+// sent again until it is stored, and stays unacked meanwhile; one the
+// broker delivers twice (an instance died before its ack went out) is
+// stored once, under the same message id, which the stream deduplicates.
+// The partition is the one nats-server's mapping
+// partition(N, courier) gives, so the relay and the MQTT gateway put a
+// courier in the same partition.
+
+// relayRetry is the longest wait between two attempts to store one
+// position.
+const relayRetry = time.Second
+
+// relay is one instance's share of the market's MQTT subscription.
+type relay struct {
+	r   *Runner
+	log *slog.Logger
+	js  jetstream.JetStream
+	src atomic.Pointer[mqtt.Source]
+
+	// prefix and suffix around the partition number in a position's
+	// subject (jetstream.subject without its last token).
+	prefix, suffix string
+
+	// pending carries, in receive order, the positions published and not
+	// yet acked by the stream, to the one goroutine (acks) that acks them
+	// to the broker. Its bound, with the broker's Receive Maximum, is the
+	// backpressure: a full queue blocks the MQTT handler.
+	pending chan relayed
+	done    chan struct{} // closed when acks has returned
+
+	stored, retries atomic.Uint64
+	ctx             context.Context
+}
+
+// relayed is a position on its way to the stream.
+type relayed struct {
+	msg *nats.Msg
+	ack jetstream.PubAckFuture
+	m   *mqtt.Message
+}
+
+func newRelay(r *Runner) *relay {
+	base := strings.TrimSuffix(r.cfg.JetStream.Subject, "*")
+	prefix, suffix, _ := strings.Cut(base, config.PartitionToken)
+	return &relay{
+		r: r, log: r.log.With("ingest", "mqtt"), prefix: prefix, suffix: suffix,
+		pending: make(chan relayed, mqtt.DefaultReceiveMaximum), done: make(chan struct{}),
+	}
+}
+
+// relayConfig is the instance's MQTT session: the market's broker and
+// topic, as one member of the shared subscription $share/CONSUMER/TOPIC,
+// under its own persistent session (client id CLIENT_ID-INSTANCE), so
+// what the broker handed it and it did not ack comes back to it when it
+// restarts.
+func relayConfig(cfg config.Config, inst string) mqtt.Config {
+	mc := mqtt.ConfigFrom(cfg.MQTT)
+	mc.Topic = "$share/" + cfg.JetStream.Consumer + "/" + cfg.MQTT.Topic
+	mc.ClientID = cfg.MQTT.ClientID + "-" + inst
+	return mc
+}
+
+// relayAckWait is how long a store waits for the stream's ack before it
+// is sent again.
+const relayAckWait = 5 * time.Second
+
+// start connects to the broker; positions are relayed until ctx ends.
+func (l *relay) start(ctx context.Context, nc *nats.Conn) error {
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(relayAckWait), jetstream.WithPublishAsyncMaxPending(2*mqtt.DefaultReceiveMaximum))
+	if err != nil {
+		return err
+	}
+	l.js, l.ctx = js, ctx
+	go l.acks()
+	src, err := mqtt.Start(ctx, relayConfig(l.r.cfg, l.r.inst), l.log, l.handle)
+	if err != nil {
+		return err
+	}
+	l.src.Store(src)
+	return nil
+}
+
+// handle publishes one message to its partition's subject; acks acks it
+// once stored.
+func (l *relay) handle(m *mqtt.Message) {
+	level := m.Topic[strings.LastIndexByte(m.Topic, '/')+1:]
+	token := strings.ReplaceAll(level, ".", "//") // as the gateway maps a '.' inside a level
+	subject := l.prefix + strconv.Itoa(PartitionOf(token, l.r.cfg.JetStream.Partitions)) + l.suffix + token
+	msg := &nats.Msg{Subject: subject, Data: m.Payload, Header: nats.Header{jetstream.MsgIDHeader: []string{positionID(m.Topic, m.Payload)}}}
+	ack, err := l.js.PublishMsgAsync(msg)
+	if err != nil {
+		ack = nil // acks sends it again
+	}
+	select {
+	case l.pending <- relayed{msg: msg, ack: ack, m: m}:
+	case <-l.ctx.Done(): // not acked: the broker redelivers it to this session
+	}
+}
+
+// acks acks the positions to the broker as the stream acks them, in
+// receive order; one whose store failed is published again, with its id,
+// until it is stored or the instance stops (it is then redelivered to
+// this session when it comes back).
+func (l *relay) acks() {
+	defer close(l.done)
+	for {
+		var p relayed
+		select {
+		case p = <-l.pending:
+		case <-l.ctx.Done():
+			return
+		}
+		if !l.wait(p) {
+			return
+		}
+		l.stored.Add(1)
+		p.m.Ack()
+	}
+}
+
+// wait waits until p is stored, publishing it again after a failure; it
+// reports false when the instance stops first.
+func (l *relay) wait(p relayed) bool {
+	for delay := 50 * time.Millisecond; ; delay = min(2*delay, relayRetry) {
+		if p.ack != nil {
+			select {
+			case <-p.ack.Ok():
+				return true
+			case <-p.ack.Err():
+			case <-l.ctx.Done():
+				return false
+			}
+		}
+		l.retries.Add(1)
+		select {
+		case <-time.After(delay):
+		case <-l.ctx.Done():
+			return false
+		}
+		ack, err := l.js.PublishMsgAsync(p.msg)
+		if err != nil {
+			ack = nil
+		}
+		p.ack = ack
+	}
+}
+
+// close disconnects once acks has stopped, so the acks given get their
+// last flush; the positions not yet stored stay unacked and come back.
+func (l *relay) close(ctx context.Context) {
+	if src := l.src.Load(); src != nil {
+		<-l.done
+		_ = src.Close(ctx)
+	}
+}
+
+// ready says why the relay cannot take positions, or "" when it can.
+func (l *relay) ready() string {
+	src := l.src.Load()
+	if src == nil {
+		return "mqtt: not started"
+	}
+	switch _, up, sub := src.Hearing(); {
+	case !up:
+		return "mqtt: not connected"
+	case !sub:
+		return "mqtt: not subscribed"
+	}
+	return ""
+}
+
+// PartitionOf is the partition of a courier among n: what nats-server's
+// subject mapping partition(n, …) gives for the courier's subject token
+// (FNV-1a, 32 bits, modulo n), so the relay and the MQTT gateway's mapping
+// agree.
+func PartitionOf(courierToken string, n int) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(courierToken))
+	return int(h.Sum32() % uint32(n))
+}
+
+// positionID identifies a position for the stream's duplicate window: the same
+// message delivered twice by the broker has the same id.
+func positionID(topic string, payload []byte) string {
+	h := fnv.New128a()
+	_, _ = h.Write([]byte(topic))
+	_, _ = h.Write([]byte{0})
+	_, _ = h.Write(payload)
+	return hex.EncodeToString(h.Sum(nil))
+}

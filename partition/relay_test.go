@@ -1,0 +1,153 @@
+package partition
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/km0/edgeproc/internal/testenv"
+)
+
+// TestPartitionOf_AgreesWithTheServersMapping: the relay's partition of a
+// courier is the one nats-server's mapping partition(6, courier) gives,
+// for plain ids and for one with a '.' (a "//" in its subject token).
+func TestPartitionOf_AgreesWithTheServersMapping(t *testing.T) {
+	const partitions = 6
+	cl := testenv.StartNATSWithMappings(t, mapping(partitions))
+	nc := cl.Connect(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "MAPPED", Subjects: []string{"part.girona.*.*"}}); err != nil {
+		t.Fatal(err)
+	}
+	tokens := []string{"van//3", "bike:7", "a", "Z-9_x"}
+	for i := range 200 {
+		tokens = append(tokens, fmt.Sprintf("courier-%d", i))
+	}
+	for _, tok := range tokens {
+		if _, err := js.Publish(ctx, "km0.girona.positions."+tok, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, m := range testenv.ReadStored(t, cl.URL(), "MAPPED") {
+		parts := strings.SplitN(m.Subject, ".", 4)
+		if want := fmt.Sprint(PartitionOf(parts[3], partitions)); parts[2] != want {
+			t.Errorf("%s: the server's partition %s, PartitionOf %s", parts[3], parts[2], want)
+		}
+	}
+}
+
+// TestRelay_StreamLeaderLossLosesNoAckedPosition: with jetstream.ingest
+// mqtt, two instances share the market broker's positions and store them
+// in the partitioned stream (R3, three nodes). The node leading the
+// positions stream is killed while the fleet publishes; every position
+// the broker acknowledged to its phone must end up in the stream, once,
+// and the results equal the per-partition replay.
+func TestRelay_StreamLeaderLossLosesNoAckedPosition(t *testing.T) {
+	const partitions = 2
+	cl := testenv.StartCluster(t, testenv.ClusterConfig{Nodes: 3})
+	mosq := testenv.StartMosquitto(t)
+	cfg := testConfig(t, cl.URL(), partitions)
+	cfg.JetStream.Ingest = "mqtt"
+	cfg.MQTT.URL = mosq.URL()
+	a := startInstance(t, cfg, cl.Connect(t), "a", nil)
+	b := startInstance(t, cfg, cl.Connect(t), "b", nil)
+	for _, in := range []*instance{a, b} {
+		testenv.WaitFor(t, 60*time.Second, in.r.Instance()+" ready", func() bool { return in.r.NotReady() == "" })
+	}
+	nc := cl.Connect(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	msgs := testenv.FleetMessages("girona", 60, 10*time.Minute, 11, time.Now())
+	pub := mosq.Publisher(t, "relay-phones")
+	acked := map[string]bool{}
+	killed := false
+	start := time.Now()
+	for i, m := range msgs {
+		if !killed && i >= len(msgs)/3 {
+			s, err := js.Stream(ctx, cfg.JetStream.Stream)
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, err := s.Info(ctx)
+			if err != nil || info.Cluster == nil {
+				t.Fatalf("positions stream info: %v", err)
+			}
+			leader := info.Cluster.Leader
+			t.Logf("killing %s, the positions stream's leader, after %d of %d positions", leader, i, len(msgs))
+			cl.Kill(int(leader[1] - '1'))
+			killed = true
+		}
+		if err := pub.Publish(ctx, m.Topic, m.Payload); err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+		acked[string(m.Payload)] = true
+		if wait := time.Duration(i+1)*time.Second/400 - time.Since(start); wait > 0 {
+			time.Sleep(wait)
+		}
+	}
+	t.Logf("%d positions acked by the broker in %v", len(acked), time.Since(start).Round(time.Millisecond))
+	stored := func() map[string]int {
+		out := map[string]int{}
+		for _, m := range testenv.ReadStored(t, cl.URL(), cfg.JetStream.Stream) {
+			if m.Header.Get(TickHeader) == "" {
+				out[string(m.Data)]++
+			}
+		}
+		return out
+	}
+	testenv.WaitFor(t, 2*time.Minute, "every acked position in the positions stream", func() bool {
+		got := stored()
+		for p := range acked {
+			if got[p] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	got := stored()
+	twice := 0
+	for p, n := range got {
+		if !acked[p] {
+			t.Errorf("stored but never published: %s", p)
+		}
+		if n > 1 {
+			twice++
+		}
+	}
+	// The fleet itself repeats a few positions as QoS 1 redeliveries; the
+	// relay must not add copies of its own beyond those.
+	published := map[string]int{}
+	for _, m := range msgs {
+		published[string(m.Payload)]++
+	}
+	for p, n := range got {
+		if n > published[p] {
+			t.Errorf("stored %d times, published %d: %s", n, published[p], p)
+		}
+	}
+	var relayed, retries uint64
+	for _, in := range []*instance{a, b} {
+		relayed += in.r.relay.stored.Load()
+		retries += in.r.relay.retries.Load()
+	}
+	t.Logf("%d distinct positions stored, %d stored more than once (as published); relayed %d, %d retries", len(got), twice, relayed, retries)
+	last := lastSeqs(t, nc, cfg)
+	testenv.WaitFor(t, 2*time.Minute, "every partition applied to its end", func() bool { return caughtUp(last, statuses(a, b)...) })
+	a.Stop()
+	b.Stop()
+	t.Logf("%d results, as the replay", equalsReplay(t, cl.URL(), cfg))
+}
