@@ -125,7 +125,7 @@ type Runner struct {
 	// relay takes positions from the market's broker (jetstream.ingest:
 	// mqtt); nil with the gateway.
 	relay *relay
-	ready    chan struct{} // closed once set-up is done
+	ready chan struct{} // closed once set-up is done
 }
 
 // atLimit reports whether the instance owns its share of the partitions
