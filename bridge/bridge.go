@@ -47,6 +47,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/km0/edgeproc/internal/backoff"
 	"github.com/km0/edgeproc/internal/ratelog"
 )
 
@@ -473,7 +474,7 @@ func (b *Bridge) onErr(_ jetstream.JetStream, msg *nats.Msg, err error) {
 	if isNoStream(err) {
 		b.streamLost.Store(true)
 	}
-	delay := backoff(it.attempt, b.cfg.MaxBackoff)
+	delay := backoff.Delay(it.attempt+1, firstBackoff, b.cfg.MaxBackoff)
 	it.attempt++
 	it.notBefore = time.Now().Add(delay)
 	select {
@@ -538,16 +539,6 @@ func (b *Bridge) sleep(d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
-}
-
-// backoff is the delay before retry number attempt+1: 50ms doubling,
-// capped at limit.
-func backoff(attempt int, limit time.Duration) time.Duration {
-	d := firstBackoff
-	for i := 0; i < attempt && d < limit; i++ {
-		d *= 2
-	}
-	return min(d, limit)
 }
 
 // signalLocked wakes Flush waiters. b.mu must be held.

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/km0/edgeproc/config"
+	"github.com/km0/edgeproc/internal/backoff"
 )
 
 // Defaults applied by Open to zero Config fields. Those a market's
@@ -33,8 +34,9 @@ const (
 	// DefaultAckTimeout is how long a publish waits for its ack before it is
 	// retried, and the timeout of one KV write.
 	DefaultAckTimeout = 5 * time.Second
-	// DefaultMaxBackoff caps the delay between two attempts of one result.
-	DefaultMaxBackoff = 5 * time.Second
+	// DefaultMaxBackoff caps the delay between two attempts of one result:
+	// about a second, so results go out about a second after NATS is back.
+	DefaultMaxBackoff = backoff.Reconnect
 	// DefaultMaxAge is how long the stream keeps a result (the default of
 	// the config key nats.max_age).
 	DefaultMaxAge = config.DefaultMaxAge

@@ -150,9 +150,9 @@ type JetStream struct {
 	// (nats-server's MQTT gateway and subject mapping store them; the
 	// gateway acks a phone once its own store has a position, before the
 	// positions stream does) or "mqtt" (the phones publish to the
-	// market's broker, the mqtt section; every instance takes its share
-	// with one shared subscription and acks a position to the broker only
-	// once the positions stream has stored it). Default "gateway".
+	// market's broker, the mqtt section; every instance relays every
+	// position into the stream, which keeps one copy, and acks it to the
+	// broker only once the stream has stored it). Default "gateway".
 	Ingest string
 	// Instance names this process in ownership records, logs and metrics;
 	// it must differ between the instances of a market. Default empty:

@@ -48,11 +48,9 @@ http: {listen: %q}
 	p := testenv.StartProc(t, "edgeproc", testenv.BuildEdgeproc(t), "run", "--config", path)
 	waitReady(t, listen, 30*time.Second)
 
-	const couriers, rounds, every = 10, 56, 250 * time.Millisecond // 14 s of publishing
-	const stopAt, contAt = 12, 40                                  // a 7 s pause, > gap + tolerated_delay
+	const stopAt, contAt = 12, 40 // of 56 rounds 250 ms apart: a 7 s pause, > gap + tolerated_delay
 	pub := mosq.Publisher(t, "paused-pub")
-	lastTS := map[string]int64{}
-	for round := range rounds {
+	last := testenv.LiveFleet("paused", 10, 56, 250*time.Millisecond, func(round int) {
 		switch round {
 		case stopAt:
 			if err := p.Signal(syscall.SIGSTOP); err != nil {
@@ -63,52 +61,12 @@ http: {listen: %q}
 				t.Fatal(err)
 			}
 		}
-		for c := range couriers {
-			courier := fmt.Sprintf("c%d", c)
-			ts := time.Now().UnixMilli()
-			pub.MustPublish(t, "km0/paused/positions/"+courier,
-				fmt.Appendf(nil, `{"courier":%q,"lat":41.98,"lon":%.5f,"timestamp_ms":%d}`, courier, 2.82+float64(round)*1e-4, ts))
-			lastTS[courier] = ts
-		}
-		time.Sleep(every)
-	}
-	type rec struct {
-		Type     string `json:"type"`
-		Courier  string `json:"courier"`
-		LastSeen int64  `json:"last_seen_ms"`
-	}
-	read := func() (noSignal map[string][]int64, late int) {
-		noSignal = map[string][]int64{}
-		for _, m := range testenv.ReadStream(t, ns.URL(), cfg.NATS.Stream) {
-			var r rec
-			if json.Unmarshal(m.Data, &r) != nil {
-				continue
-			}
-			switch r.Type {
-			case "no_signal":
-				noSignal[r.Courier] = append(noSignal[r.Courier], r.LastSeen)
-			case "late":
-				late++
-			}
-		}
-		return noSignal, late
-	}
-	testenv.WaitFor(t, 30*time.Second, "every courier's final no_signal", func() bool {
-		ns, _ := read()
-		return len(ns) == couriers
-	})
+	}, func(topic string, payload []byte) { pub.MustPublish(t, topic, payload) })
+	testenv.WaitFinalSilence(t, ns.URL(), cfg.NATS.Stream, last, 30*time.Second)
 	if err := p.Stop(30 * time.Second); err != nil {
 		t.Errorf("edgeproc after SIGTERM: %v", err)
 	}
-	noSignal, late := read()
-	for courier, seen := range noSignal {
-		if len(seen) != 1 || seen[0] != lastTS[courier] {
-			t.Errorf("courier %s: no_signal with last_seen %v, want one, at its last position %d", courier, seen, lastTS[courier])
-		}
-	}
-	if late != 0 {
-		t.Errorf("%d late records, want none: the positions the broker kept during the pause are not late", late)
-	}
+	testenv.CheckOnlyFinalSilence(t, ns.URL(), cfg.NATS.Stream, last)
 	got := map[string]string{}
 	for _, m := range testenv.ReadStream(t, ns.URL(), cfg.NATS.Stream) {
 		var r struct {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/km0/edgeproc/config"
+	"github.com/km0/edgeproc/internal/backoff"
 )
 
 // ConfigFrom maps a market's mqtt section to a Source's configuration, for
@@ -39,7 +40,7 @@ const (
 	// apart however long the broker was away, so edgeproc is back within
 	// about a second of it (a refused connection costs the broker little;
 	// the jitter keeps a fleet of edge nodes out of lockstep).
-	DefaultReconnectMax = time.Second
+	DefaultReconnectMax = backoff.Reconnect
 	DefaultMaxPayload   = config.DefaultMaxPacketSize
 	// PacketOverhead is what the announced Maximum Packet Size adds to
 	// MaxPayload: the fixed header (5), the longest topic (2+65535), the

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/km0/edgeproc/config"
+	"github.com/km0/edgeproc/internal/backoff"
 )
 
 func TestConfig_Validate(t *testing.T) {
@@ -84,7 +85,7 @@ func TestConfig_Defaults(t *testing.T) {
 		KeepAlive:      30 * time.Second,
 		AckInterval:    5 * time.Millisecond,
 		ReconnectMin:   250 * time.Millisecond,
-		ReconnectMax:   30 * time.Second,
+		ReconnectMax:   time.Second, // back about a second after the broker returns
 		MaxPayload:     1 << 20,
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -171,44 +172,14 @@ func TestDurationConversions(t *testing.T) {
 	}
 }
 
-// TestBackoff_DefaultsAreBackWithinASecond: with the defaults no wait
-// between two attempts exceeds a second, however many failed (a broker
-// away for minutes), so edgeproc resubscribes about a second after it
-// returns.
-func TestBackoff_DefaultsAreBackWithinASecond(t *testing.T) {
+// TestConfig_ReconnectsWithinASecond: with the defaults no wait between
+// two attempts exceeds a second, however many failed (a broker away for
+// minutes), so edgeproc resubscribes about a second after it returns.
+func TestConfig_ReconnectsWithinASecond(t *testing.T) {
 	c := Config{}.withDefaults()
-	b := backoff(c.ReconnectMin, c.ReconnectMax)
 	for attempt := range 200 {
-		if got := b(attempt); got > time.Second {
+		if got := backoff.Delay(attempt, c.ReconnectMin, c.ReconnectMax); got > time.Second {
 			t.Fatalf("attempt %d waits %v, want at most 1s", attempt, got)
-		}
-	}
-}
-
-func TestBackoff_CappedDoubling(t *testing.T) {
-	minD, maxD := 100*time.Millisecond, 1*time.Second
-	b := backoff(minD, maxD)
-	if got := b(0); got != 0 {
-		t.Errorf("attempt 0: got %v, want 0 (first attempt is immediate)", got)
-	}
-	tests := []struct {
-		attempt int
-		base    time.Duration
-	}{
-		{1, 100 * time.Millisecond},
-		{2, 200 * time.Millisecond},
-		{3, 400 * time.Millisecond},
-		{4, 800 * time.Millisecond},
-		{5, time.Second},
-		{1000, time.Second}, // no overflow
-	}
-	for _, tt := range tests {
-		for range 50 {
-			got := b(tt.attempt)
-			lo, hi := time.Duration(float64(tt.base)*0.8), min(time.Duration(float64(tt.base)*1.2), maxD)
-			if got < lo || got > hi {
-				t.Fatalf("attempt %d: got %v, want within [%v, %v]", tt.attempt, got, lo, hi)
-			}
 		}
 	}
 }

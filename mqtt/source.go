@@ -62,6 +62,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/km0/edgeproc/internal/backoff"
 )
 
 // Stats is a snapshot of a Source's counters. Counters only grow.
@@ -186,9 +188,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, handle func(*Messa
 // hammering the broker.
 func (s *Source) run() {
 	defer close(s.done)
-	wait := backoff(s.cfg.ReconnectMin, s.cfg.ReconnectMax)
 	for attempt := 0; ; attempt++ {
-		if d := wait(attempt); d > 0 {
+		if d := backoff.Delay(attempt, s.cfg.ReconnectMin, s.cfg.ReconnectMax); d > 0 {
 			t := time.NewTimer(d)
 			select {
 			case <-t.C:
@@ -297,8 +298,7 @@ func (s *Source) deliver(ctx context.Context, c *client, p publish, topic string
 // that connection lasts: a refused subscription (ACL, bad filter) may be fixed
 // on the broker side without restarting edgeproc.
 func (s *Source) subscribe(c *client, gen uint64) {
-	delay := s.cfg.ReconnectMin
-	for {
+	for attempt := 1; ; attempt++ {
 		err := c.subscribe(s.ctx)
 		if s.gen.Load() != gen || s.ctx.Err() != nil {
 			return
@@ -312,6 +312,7 @@ func (s *Source) subscribe(c *client, gen uint64) {
 		if errors.Is(err, errConnectionDown) {
 			return // the next connection subscribes again
 		}
+		delay := backoff.Delay(attempt, s.cfg.ReconnectMin, s.cfg.ReconnectMax)
 		s.log.Error("mqtt subscribe failed, retrying", "topic", s.cfg.Topic, "retry_in", delay, "err", err)
 		select {
 		case <-time.After(delay):
@@ -320,7 +321,6 @@ func (s *Source) subscribe(c *client, gen uint64) {
 		case <-c.done:
 			return
 		}
-		delay = min(2*delay, s.cfg.ReconnectMax)
 		if s.gen.Load() != gen {
 			return
 		}

@@ -2,8 +2,7 @@ package partition
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,9 +37,8 @@ func TestNATSOutage_IsNotSilence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const couriers, rounds = 10, 56  // 14 s
-	const stopAt, restartAt = 12, 40 // a 7 s outage, > gap + tolerated_delay
-	queue := make(chan *nats.Msg, couriers*rounds)
+	const stopAt, restartAt = 12, 40 // of 56 rounds 250 ms apart: a 7 s outage, > gap + tolerated_delay
+	queue := make(chan *nats.Msg, 1024)
 	sent := make(chan struct{})
 	go func() {
 		defer close(sent)
@@ -56,60 +54,22 @@ func TestNATSOutage_IsNotSilence(t *testing.T) {
 			}
 		}
 	}()
-	lastTS := map[string]int64{}
-	for round := range rounds {
+	last := testenv.LiveFleet("girona", 10, 56, 250*time.Millisecond, func(round int) {
 		switch round {
 		case stopAt:
 			ns.Shutdown()
 		case restartAt:
 			ns.Restart()
 		}
-		for c := range couriers {
-			courier := fmt.Sprintf("c%d", c)
-			ts := time.Now().UnixMilli()
-			payload := fmt.Appendf(nil, `{"courier":%q,"lat":41.98,"lon":%.5f,"timestamp_ms":%d}`, courier, 2.82+float64(round)*1e-4, ts)
-			queue <- &nats.Msg{Subject: cfg.JetStream.PartitionSubject(0)[:len(cfg.JetStream.PartitionSubject(0))-1] + courier, Data: payload,
-				Header: nats.Header{jetstream.MsgIDHeader: []string{courier + "|" + fmt.Sprint(ts)}}}
-			lastTS[courier] = ts
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	}, func(topic string, payload []byte) {
+		courier := topic[strings.LastIndexByte(topic, '/')+1:]
+		queue <- &nats.Msg{Subject: strings.TrimSuffix(cfg.JetStream.PartitionSubject(0), "*") + courier, Data: payload,
+			Header: nats.Header{jetstream.MsgIDHeader: []string{positionID(topic, payload)}}}
+	})
 	close(queue)
 	<-sent
-
-	read := func() (noSignal map[string][]int64, late int) {
-		noSignal = map[string][]int64{}
-		for _, m := range testenv.ReadStream(t, ns.URL(), cfg.NATS.Stream) {
-			var r struct {
-				Type     string `json:"type"`
-				Courier  string `json:"courier"`
-				LastSeen int64  `json:"last_seen_ms"`
-			}
-			if json.Unmarshal(m.Data, &r) != nil {
-				continue
-			}
-			switch r.Type {
-			case "no_signal":
-				noSignal[r.Courier] = append(noSignal[r.Courier], r.LastSeen)
-			case "late":
-				late++
-			}
-		}
-		return noSignal, late
-	}
-	testenv.WaitFor(t, 60*time.Second, "every courier's final no_signal", func() bool {
-		n, _ := read()
-		return len(n) == couriers
-	})
+	testenv.WaitFinalSilence(t, ns.URL(), cfg.NATS.Stream, last, 60*time.Second)
 	a.Stop()
-	noSignal, late := read()
-	for courier, seen := range noSignal {
-		if len(seen) != 1 || seen[0] != lastTS[courier] {
-			t.Errorf("courier %s: no_signal with last_seen %v, want one, at its last position %d", courier, seen, lastTS[courier])
-		}
-	}
-	if late != 0 {
-		t.Errorf("%d late records, want none: the positions the phones kept during the outage are not late", late)
-	}
+	testenv.CheckOnlyFinalSilence(t, ns.URL(), cfg.NATS.Stream, last)
 	equalsReplay(t, ns.URL(), cfg)
 }

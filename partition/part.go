@@ -392,6 +392,12 @@ func (p *part) maybeTick(ctx context.Context) {
 	if p.r.cfg.Windows.IdleTimeout <= 0 {
 		return
 	}
+	if p.r.relay != nil && p.r.relay.ready() != "" {
+		// The relay cannot hear the market's broker: the positions wait
+		// there or in the phones, and time passing now is deafness. No
+		// tick makes it a gap in the stream (deafGap).
+		return
+	}
 	now := time.Now()
 	if now.Sub(p.lastTick) < p.fetchWait()/2 {
 		return

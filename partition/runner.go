@@ -49,6 +49,7 @@ import (
 	"github.com/km0/edgeproc/bridge"
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/engine"
+	"github.com/km0/edgeproc/internal/backoff"
 	"github.com/km0/edgeproc/metrics"
 	"github.com/km0/edgeproc/output"
 )
@@ -245,8 +246,7 @@ func (r *Runner) Dead() error {
 
 // retrySetup calls setup until it succeeds or ctx ends.
 func (r *Runner) retrySetup(ctx context.Context) error {
-	delay := 100 * time.Millisecond
-	for {
+	for attempt := 1; ; attempt++ {
 		sctx, cancel := context.WithTimeout(ctx, setupAttempt)
 		err := r.setup(sctx)
 		cancel()
@@ -257,13 +257,13 @@ func (r *Runner) retrySetup(ctx context.Context) error {
 		if errors.As(err, &cfgErr) {
 			return err
 		}
+		delay := backoff.Delay(attempt, 100*time.Millisecond, backoff.Reconnect)
 		r.log.Warn("set-up failed, retrying", "err", err, "retry_in", delay)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(delay):
 		}
-		delay = min(2*delay, 5*time.Second)
 	}
 }
 
@@ -300,9 +300,12 @@ func (r *Runner) setup(ctx context.Context) error {
 			Replicas:    jc.Replicas,
 			Retention:   jetstream.LimitsPolicy,
 			Discard:     jetstream.DiscardOld,
-			MaxAge:      jc.MaxAge,
-			MaxBytes:    cmp.Or(jc.MaxBytes, -1),
-			MaxMsgs:     -1,
+			// The relay's copies of a position (every instance stores
+			// each) are one within it.
+			Duplicates: r.cfg.NATS.DuplicateWindow,
+			MaxAge:     jc.MaxAge,
+			MaxBytes:   cmp.Or(jc.MaxBytes, -1),
+			MaxMsgs:    -1,
 		})
 	} else if err == nil {
 		r.checkPositionStream(stream.CachedInfo().Config)

@@ -1,7 +1,6 @@
 package service_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -45,45 +44,17 @@ http: {listen: "127.0.0.1:0"}
 	svc := startService(t, []config.Config{cfg}, service.Deps{Log: testLog(t), Clock: clock, Shards: 2})
 	waitReady(t, svc, 20*time.Second)
 
-	const couriers = 5
 	pub := mosq.Publisher(t, "jumps-pub")
-	lastTS := map[string]int64{}
 	jumps := map[int]time.Duration{10: time.Hour, 20: -2 * time.Hour, 30: 2 * time.Hour}
-	for round := range 40 { // every 200 ms for 8 s
+	last := testenv.LiveFleet("jumps", 5, 40, 200*time.Millisecond, func(round int) {
 		if d, ok := jumps[round]; ok {
 			offset.Add(int64(d))
 		}
-		for c := range couriers {
-			courier := fmt.Sprintf("c%d", c)
-			ts := time.Now().UnixMilli() // the phones' clocks do not jump
-			pub.MustPublish(t, "km0/jumps/positions/"+courier,
-				fmt.Appendf(nil, `{"courier":%q,"lat":41.98,"lon":%.5f,"timestamp_ms":%d}`, courier, 2.82+float64(round)*1e-4, ts))
-			lastTS[courier] = ts
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	}, func(topic string, payload []byte) { pub.MustPublish(t, topic, payload) })
 	// The final silence: each courier's warning comes about idle_timeout
 	// + gap + tolerated_delay later.
-	noSignals := func() map[string][]int64 {
-		out := map[string][]int64{}
-		for _, m := range testenv.ReadStream(t, ns.URL(), cfg.NATS.Stream) {
-			var r struct {
-				Type     string `json:"type"`
-				Courier  string `json:"courier"`
-				LastSeen int64  `json:"last_seen_ms"`
-			}
-			if json.Unmarshal(m.Data, &r) == nil && r.Type == "no_signal" {
-				out[r.Courier] = append(out[r.Courier], r.LastSeen)
-			}
-		}
-		return out
-	}
-	testenv.WaitFor(t, 30*time.Second, "every courier's final no_signal", func() bool { return len(noSignals()) == couriers })
+	testenv.WaitFinalSilence(t, ns.URL(), cfg.NATS.Stream, last, 30*time.Second)
 	svc.stop(t, 15*time.Second)
-	for courier, seen := range noSignals() {
-		if len(seen) != 1 || seen[0] != lastTS[courier] {
-			t.Errorf("courier %s: no_signal with last_seen %v, want one, at its last position %d", courier, seen, lastTS[courier])
-		}
-	}
+	testenv.CheckOnlyFinalSilence(t, ns.URL(), cfg.NATS.Stream, last)
 	compareResults(t, streamResults(t, ns.URL(), cfg.NATS.Stream), walreplay.Results(t, cfg, emittedRe))
 }

@@ -22,9 +22,6 @@ const (
 	// tickEvery is how often the idle-source rule is considered on the wall
 	// clock, and how often the intake looks for a new subscription.
 	tickEvery = 100 * time.Millisecond
-	// openRetryMax caps the delay between two attempts to open the stream
-	// while NATS is unreachable at start.
-	openRetryMax = 5 * time.Second
 	// setupTimeout bounds one attempt to create the stream and bucket.
 	setupTimeout = 10 * time.Second
 )

@@ -11,6 +11,7 @@ import (
 	"github.com/km0/edgeproc/board"
 	"github.com/km0/edgeproc/bridge"
 	"github.com/km0/edgeproc/config"
+	"github.com/km0/edgeproc/internal/backoff"
 	"github.com/km0/edgeproc/internal/ratelog"
 	"github.com/km0/edgeproc/metrics"
 	"github.com/km0/edgeproc/output"
@@ -54,8 +55,7 @@ func (s *sink) open(ctx context.Context) (bool, error) {
 	if err := cfg.Validate(); err != nil {
 		return false, err
 	}
-	delay := 250 * time.Millisecond
-	for {
+	for attempt := 1; ; attempt++ {
 		octx, cancel := context.WithTimeout(ctx, setupTimeout)
 		br, err := bridge.Open(octx, s.nc, cfg, s.log)
 		cancel()
@@ -68,13 +68,13 @@ func (s *sink) open(ctx context.Context) (bool, error) {
 		if ctx.Err() != nil {
 			return false, nil
 		}
+		delay := backoff.Delay(attempt, 250*time.Millisecond, backoff.Reconnect)
 		s.log.Warn("cannot open the JetStream stream yet, retrying", "retry_in", delay, "err", err)
 		select {
 		case <-ctx.Done():
 			return false, nil
 		case <-time.After(delay):
 		}
-		delay = min(2*delay, openRetryMax)
 	}
 }
 
