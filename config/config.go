@@ -323,6 +323,17 @@ type HTTP struct {
 	// board_tiles), e.g. a tile server on the site's network. Default
 	// empty: positions on a plain projected canvas with a scale.
 	BoardTiles string
+	// WebConfig is a web configuration file in the Prometheus exporters'
+	// format (yaml web_config; github.com/prometheus/exporter-toolkit):
+	// TLS (tls_server_config) and basic-auth users with bcrypt hashes
+	// (basic_auth_users), guarding every endpoint of the listener:
+	// /metrics, /healthz, /readyz, /board/ and its event stream,
+	// /partitions/ and /debug/pprof/. It is read again for every request
+	// and every TLS handshake, so users and certificates change without a
+	// restart. Markets sharing http.listen must name the same file.
+	// Default empty: plain HTTP, no authentication (keep the listener on
+	// loopback then).
+	WebConfig string
 	// Pprof serves Go's profiler at /debug/pprof/ on the same listener
 	// (yaml pprof), for taking a CPU or heap profile of the running
 	// service. Default false. It shows stacks and can burn CPU on request:

@@ -150,6 +150,7 @@ func (d *decoder) decode(r io.Reader, c *Config) {
 			{"board", d.bool(&c.HTTP.Board)},
 			{"board_tiles", d.str(&c.HTTP.BoardTiles)},
 			{"pprof", d.bool(&c.HTTP.Pprof)},
+			{"web_config", d.str(&c.HTTP.WebConfig)},
 		})},
 		{"limits", d.section([]field{
 			{"max_couriers", d.int(&c.Limits.MaxCouriers)},

@@ -64,6 +64,7 @@
 //	  listen: 127.0.0.1:9464        # host:port with a numeric port
 //	  board: true                   # the fleet board at /board/ (read-only)
 //	  board_tiles: ""               # optional tile URL template, http(s)://… or /… with {z}, {x}, {y}
+//	  web_config: ""                # optional: TLS and basic-auth users (Prometheus exporter web config file) for every endpoint
 //	limits:
 //	  max_couriers: 200000          # > 0; couriers tracked at most; beyond: courier_limit
 //	log:

@@ -149,6 +149,9 @@ func Run(ctx context.Context, cfgs []config.Config, deps Deps) error {
 	if err := config.CheckClashes(cfgs); err != nil {
 		return fmt.Errorf("service: %w", err)
 	}
+	if err := CheckWebConfig(cfgs); err != nil {
+		return fmt.Errorf("service: %w", err)
+	}
 	if deps.Log == nil {
 		deps.Log = slog.New(slog.DiscardHandler)
 	}
@@ -306,11 +309,14 @@ func startHTTP(markets []unit, deps *Deps) ([]*http.Server, error) {
 			_ = ln.Close()
 			return fail(fmt.Errorf("service: %w", err))
 		}
-		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+		// The server's own complaints (a TLS handshake a scanner broke
+		// off) go to the log at debug, not to stderr.
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(deps.Log.Handler(), slog.LevelDebug)}
 		ln = attachBoard(srv, ln, ms, deps)
 		servers = append(servers, srv)
+		webConfig := ms[0].conf().HTTP.WebConfig // the same for all (CheckWebConfig)
 		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := serveWeb(srv, ln, webConfig, deps.Log); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				deps.Log.Error("http server stopped", "addr", addr, "err", err)
 			}
 		}()

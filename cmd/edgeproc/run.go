@@ -80,6 +80,9 @@ func loadConfigs(files []string) ([]config.Config, []string, error) {
 	if err := config.CheckClashes(cfgs); err != nil {
 		return nil, nil, err
 	}
+	if err := service.CheckWebConfig(cfgs); err != nil {
+		return nil, nil, err
+	}
 	return cfgs, config.Warnings(cfgs), nil
 }
 
