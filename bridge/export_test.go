@@ -23,7 +23,8 @@ func (b *Bridge) TickKV() { b.tick(false) }
 func (b *Bridge) ScanKV() { b.tick(true) }
 
 func (b *Bridge) tick(scan bool) {
+	c := b.Couriers
 	done := make(chan struct{})
-	b.kvTick <- kvTickReq{done: done, scan: scan}
+	c.kvTick <- kvTickReq{done: done, scan: scan}
 	<-done
 }

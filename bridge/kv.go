@@ -3,13 +3,17 @@ package bridge
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	where "github.com/km0/edgeproc/courier"
+	"github.com/km0/edgeproc/internal/ratelog"
 )
 
 // Courier statuses stored in CourierState.Status.
@@ -172,12 +176,12 @@ func (t *kvTable) markUrgent(e *courierEntry) {
 
 // entry returns the courier's entry, adding it (and making room) if it is
 // new; add reports which.
-func entry[S string | []byte](b *Bridge, courier S) (e *courierEntry, added bool) {
-	t := &b.table
+func entry[S string | []byte](c *Couriers, courier S) (e *courierEntry, added bool) {
+	t := &c.table
 	if e := t.m[string(courier)]; e != nil { // no allocation for a lookup
 		return e, false
 	}
-	if len(t.m) >= b.cfg.MaxCouriers {
+	if len(t.m) >= c.cfg.MaxCouriers {
 		old := t.head
 		t.unlink(old)
 		delete(t.m, old.state.Courier)
@@ -185,24 +189,24 @@ func entry[S string | []byte](b *Bridge, courier S) (e *courierEntry, added bool
 			t.evicted = append(t.evicted, old.state)
 		}
 		old.dirty, old.urgent = false, false // a queued urgent write skips it
-		b.kvEvicted.Add(1)
+		c.kvEvicted.Add(1)
 	}
 	e = &courierEntry{}
 	e.state.Courier = string(courier)
 	t.m[e.state.Courier] = e
 	t.pushBack(e)
-	b.kvCouriers.Store(int64(len(t.m)))
+	c.kvCouriers.Store(int64(len(t.m)))
 	return e, true
 }
 
 // push appends u (and, for a position, its courier id) to the inbox; it
 // reports false after Close.
-func (b *Bridge) push(u kvUpdate, id []byte) bool {
-	in := &b.in
+func (c *Couriers) push(u kvUpdate, id []byte) bool {
+	in := &c.in
 	in.mu.Lock()
 	for len(in.ups) >= maxInbox && !in.closed {
-		b.kvWaits.Add(1)
-		b.wakeKV()
+		c.kvWaits.Add(1)
+		c.wakeKV()
 		in.space.Wait()
 	}
 	if in.closed {
@@ -217,7 +221,7 @@ func (b *Bridge) push(u kvUpdate, id []byte) bool {
 	n := len(in.ups)
 	in.mu.Unlock()
 	if n == maxInbox/4 {
-		b.wakeKV() // drain early, long before callers would wait
+		c.wakeKV() // drain early, long before callers would wait
 	}
 	return true
 }
@@ -230,12 +234,12 @@ func (b *Bridge) push(u kvUpdate, id []byte) bool {
 // known for the courier is ignored, so a late or duplicate position never
 // moves it back; a newer one sets the status to StatusOnline (written at
 // once if it was not). Writes are coalesced as the package doc says.
-func (b *Bridge) UpdatePosition(courier []byte, ts int64, lat, lon float64) {
+func (c *Couriers) UpdatePosition(courier []byte, ts int64, lat, lon float64) {
 	if len(courier) == 0 {
-		b.kvRefused.Add(1)
+		c.kvRefused.Add(1)
 		return
 	}
-	b.push(kvUpdate{kind: updPosition, ts: ts, lat: lat, lon: lon}, courier)
+	c.push(kvUpdate{kind: updPosition, ts: ts, lat: lat, lon: lon}, courier)
 }
 
 // MarkNoSignal sets a courier's status to StatusNoSignal, with the latest
@@ -243,26 +247,26 @@ func (b *Bridge) UpdatePosition(courier []byte, ts int64, lat, lon float64) {
 // It is ignored when a newer position of the courier is known: results
 // reach the bridge after the positions that follow them, and a courier that
 // is back must stay online.
-func (b *Bridge) MarkNoSignal(courier string, lastSeen int64, lat, lon float64) {
+func (c *Couriers) MarkNoSignal(courier string, lastSeen int64, lat, lon float64) {
 	if courier == "" {
-		b.kvRefused.Add(1)
+		c.kvRefused.Add(1)
 		return
 	}
-	if b.push(kvUpdate{kind: updNoSignal, id: courier, ts: lastSeen, lat: lat, lon: lon}, nil) {
-		b.wakeKV()
+	if c.push(kvUpdate{kind: updNoSignal, id: courier, ts: lastSeen, lat: lat, lon: lon}, nil) {
+		c.wakeKV()
 	}
 }
 
 // MarkOnline sets the status of a known courier to StatusOnline (a
 // signal_restored result), written at once. An unknown courier is left
 // alone: its last write came from a position, which is online already.
-func (b *Bridge) MarkOnline(courier string) {
+func (c *Couriers) MarkOnline(courier string) {
 	if courier == "" {
-		b.kvRefused.Add(1)
+		c.kvRefused.Add(1)
 		return
 	}
-	if b.push(kvUpdate{kind: updOnline, id: courier}, nil) {
-		b.wakeKV()
+	if c.push(kvUpdate{kind: updOnline, id: courier}, nil) {
+		c.wakeKV()
 	}
 }
 
@@ -270,19 +274,19 @@ func (b *Bridge) MarkOnline(courier string) {
 // is known; a courier's first state and a status change are written at
 // once, others coalesced as the package doc says. An empty id is refused
 // and counted in Stats.KVRefused. Updates after Close are ignored.
-func (b *Bridge) UpdateCourier(cs CourierState) {
+func (c *Couriers) UpdateCourier(cs CourierState) {
 	if cs.Courier == "" {
-		b.kvRefused.Add(1)
+		c.kvRefused.Add(1)
 		return
 	}
-	if b.push(kvUpdate{kind: updState, id: cs.Courier, ts: cs.TS, lat: cs.Lat, lon: cs.Lon, cell: cs.Cell, status: cs.Status}, nil) {
-		b.wakeKV()
+	if c.push(kvUpdate{kind: updState, id: cs.Courier, ts: cs.TS, lat: cs.Lat, lon: cs.Lon, cell: cs.Cell, status: cs.Status}, nil) {
+		c.wakeKV()
 	}
 }
 
-func (b *Bridge) wakeKV() {
+func (c *Couriers) wakeKV() {
 	select {
-	case b.kvWake <- struct{}{}:
+	case c.kvWake <- struct{}{}:
 	default: // a wake-up is already pending
 	}
 }
@@ -290,9 +294,9 @@ func (b *Bridge) wakeKV() {
 // kvLoop is the courier bucket's one writer: it applies the inbox and
 // writes urgent states when woken and every drainEvery, and every due state
 // each KVInterval/4.
-func (b *Bridge) kvLoop() {
-	defer b.wg.Done()
-	scanEvery := max(b.cfg.KVInterval/4, 10*time.Millisecond)
+func (c *Couriers) kvLoop() {
+	defer c.wg.Done()
+	scanEvery := max(c.cfg.KVInterval/4, 10*time.Millisecond)
 	t := time.NewTicker(min(drainEvery, scanEvery))
 	defer t.Stop()
 	var lastScan time.Time
@@ -300,23 +304,23 @@ func (b *Bridge) kvLoop() {
 		scan := false
 		var done chan struct{}
 		select {
-		case <-b.stop:
+		case <-c.stop:
 			return
 		case <-t.C:
-		case req := <-b.kvTick:
+		case req := <-c.kvTick:
 			done, scan = req.done, req.scan
-		case <-b.kvWake:
+		case <-c.kvWake:
 		}
-		now := b.now()
+		now := c.now()
 		if now.Sub(lastScan) >= scanEvery {
 			scan = true
 		}
 		if scan {
 			lastScan = now
 		}
-		b.drain(now)
+		c.drain(now)
 		// Errors are counted and logged by writeKV; the states are retried.
-		_ = b.writeKV(b.runCtx, now, scan, false)
+		_ = c.writeKV(c.runCtx, now, scan, false)
 		if done != nil {
 			close(done)
 		}
@@ -324,15 +328,15 @@ func (b *Bridge) kvLoop() {
 }
 
 // drain swaps the inbox out and applies it to the table in call order.
-func (b *Bridge) drain(now time.Time) {
-	t, in := &b.table, &b.in
+func (c *Couriers) drain(now time.Time) {
+	t, in := &c.table, &c.in
 	in.mu.Lock()
 	ups, ids := in.ups, in.ids
 	in.ups, in.ids = t.spareUps[:0], t.spareIDs[:0]
 	in.space.Broadcast()
 	in.mu.Unlock()
 	for i := range ups {
-		b.apply(&ups[i], ids)
+		c.apply(&ups[i], ids)
 	}
 	clear(ups) // drop the strings
 	t.spareUps, t.spareIDs = ups[:0], ids[:0]
@@ -341,20 +345,20 @@ func (b *Bridge) drain(now time.Time) {
 // apply applies one update: a whole state (UpdateCourier) newest
 // timestamp winning, the others under the rule the board applies too
 // (courier.Place).
-func (b *Bridge) apply(u *kvUpdate, ids []byte) {
-	t := &b.table
+func (c *Couriers) apply(u *kvUpdate, ids []byte) {
+	t := &c.table
 	var (
 		e     *courierEntry
 		added bool
 	)
 	if u.kind == updPosition {
-		e, added = entry(b, ids[u.idOff:u.idOff+u.idLen])
+		e, added = entry(c, ids[u.idOff:u.idOff+u.idLen])
 	} else if u.kind == updOnline {
 		if e = t.m[u.id]; e == nil {
 			return
 		}
 	} else {
-		e, added = entry(b, u.id)
+		e, added = entry(c, u.id)
 	}
 	s := &e.state
 	p := where.Place{TS: s.TS, Lat: s.Lat, Lon: s.Lon, Silent: s.Status == StatusNoSignal}
@@ -401,14 +405,14 @@ func (b *Bridge) apply(u *kvUpdate, ids []byte) {
 // writeKV writes the urgent states and the evicted ones, and with scan
 // every dirty state that is due (all of them with all). A state whose write
 // fails is written again at the next scan.
-func (b *Bridge) writeKV(ctx context.Context, now time.Time, scan, all bool) error {
-	t := &b.table
-	if !b.nc.IsConnected() {
+func (c *Couriers) writeKV(ctx context.Context, now time.Time, scan, all bool) error {
+	t := &c.table
+	if !c.nc.IsConnected() {
 		return errors.New("not connected") // states stay dirty; nothing piles up in the reconnect buffer
 	}
-	if b.kvLost.Load() && now.Sub(t.lostAt) >= recreateEvery {
+	if c.kvLost.Load() && now.Sub(t.lostAt) >= recreateEvery {
 		t.lostAt = now
-		b.recreateBucket(ctx)
+		c.recreateBucket(ctx)
 	}
 	batch := t.batch[:0]
 	// Evicted states first: a courier evicted and back within one drain
@@ -430,7 +434,7 @@ func (b *Bridge) writeKV(ctx context.Context, now time.Time, scan, all bool) err
 	t.urgent = t.urgent[:0]
 	if scan {
 		for _, e := range t.m {
-			if e.dirty && (all || now.Sub(e.lastWrite) >= b.cfg.KVInterval) {
+			if e.dirty && (all || now.Sub(e.lastWrite) >= c.cfg.KVInterval) {
 				batch = append(batch, kvWrite{e: e, cs: e.state})
 				e.dirty, e.lastWrite = false, now
 			}
@@ -438,7 +442,7 @@ func (b *Bridge) writeKV(ctx context.Context, now time.Time, scan, all bool) err
 	}
 	var first error
 	for start := 0; start < len(batch); start += kvChunk {
-		if err := b.writeChunk(ctx, batch[start:min(start+kvChunk, len(batch))]); err != nil && first == nil {
+		if err := c.writeChunk(ctx, batch[start:min(start+kvChunk, len(batch))]); err != nil && first == nil {
 			first = err
 		}
 	}
@@ -451,15 +455,15 @@ func (b *Bridge) writeKV(ctx context.Context, now time.Time, scan, all bool) err
 // the next scan, unless a newer one is waiting anyway. An evicted courier's
 // state had its one try. A bucket that is missing on the server is
 // recreated before the next round.
-func (b *Bridge) kvFailed(w *kvWrite, err error) {
-	b.kvErrors.Add(1)
+func (c *Couriers) kvFailed(w *kvWrite, err error) {
+	c.kvErrors.Add(1)
 	if isNoStream(err) {
-		b.kvLost.Store(true)
+		c.kvLost.Store(true)
 	}
-	if w.e != nil && b.table.m[w.cs.Courier] == w.e {
+	if w.e != nil && c.table.m[w.cs.Courier] == w.e {
 		w.e.dirty, w.e.lastWrite = true, time.Time{}
 	}
-	b.logKV("bridge: write courier state, will retry", w.cs.Courier, err)
+	c.logKV("bridge: write courier state, will retry", w.cs.Courier, err)
 }
 
 // isNoStream reports whether a publish failed because no stream captures
@@ -468,8 +472,133 @@ func isNoStream(err error) bool {
 	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
 }
 
-func (b *Bridge) logKV(msg, courier string, err error) {
-	if ok, suppressed := b.kvLog.Allow(); ok {
-		b.log.Warn(msg, "bucket", b.cfg.KVBucket, "courier", courier, "err", err, "suppressed", suppressed)
+func (c *Couriers) logKV(msg, courier string, err error) {
+	if ok, suppressed := c.kvLog.Allow(); ok {
+		c.log.Warn(msg, "bucket", c.cfg.KVBucket, "courier", courier, "err", err, "suppressed", suppressed)
 	}
+}
+
+func (c *Couriers) createBucket(ctx context.Context) error {
+	// History 1 and no MaxValues/MaxBytes: one value per courier, any
+	// number of couriers.
+	if _, err := c.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      c.cfg.KVBucket,
+		Description: "edgeproc courier state of market " + c.cfg.Market,
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    c.cfg.Replicas,
+	}); err != nil {
+		return fmt.Errorf("create or update kv bucket %s: %w", c.cfg.KVBucket, err)
+	}
+	return nil
+}
+
+// recreateBucket is recreateStream for the courier bucket, run by the KV
+// writer; the table's states are all written again.
+func (c *Couriers) recreateBucket(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.AckTimeout)
+	defer cancel()
+	_, err := c.js.KeyValue(ctx, c.cfg.KVBucket)
+	if err == nil {
+		c.kvLost.Store(false)
+		return
+	}
+	if !errors.Is(err, jetstream.ErrBucketNotFound) {
+		c.logKV("bridge: cannot look up the courier bucket after a write found none", "", err)
+		return
+	}
+	if err := c.createBucket(ctx); err != nil {
+		c.logKV("bridge: courier bucket missing on the server, cannot recreate it yet", "", err)
+		return
+	}
+	c.kvLost.Store(false)
+	c.kvRecreated.Add(1)
+	for _, e := range c.table.m {
+		e.dirty, e.lastWrite = true, time.Time{}
+	}
+	c.log.Warn("bridge: courier bucket was missing on the server (deleted, or NATS lost its store) and has been recreated: every courier state it held is lost; rewriting the newest state of each courier known",
+		"bucket", c.cfg.KVBucket, "couriers", len(c.table.m))
+}
+
+// Couriers is the courier writer of a market's bridge: the key-value
+// bucket of every courier's state, written by one goroutine as this file
+// describes. Its methods are safe for concurrent use.
+type Couriers struct {
+	cfg Config
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	// kvAcks is the courier writes' reply inbox (kvput.go).
+	kvAcks *kvAcks
+	log    *slog.Logger
+	now    func() time.Time // the writer's clock; tests may simulate it
+
+	stop   chan struct{} // closed to stop the writer
+	runCtx context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	kvWrites, kvErrors, kvRefused atomic.Uint64
+	kvEvicted, kvWaits            atomic.Uint64
+	kvRecreated                   atomic.Uint64
+	kvCouriers                    atomic.Int64
+	kvLost                        atomic.Bool // a write found no bucket
+	kvLog                         ratelog.Limiter
+
+	in     kvInbox
+	table  kvTable        // the writer's
+	kvWake chan struct{}  // capacity 1
+	kvTick chan kvTickReq // tests: a tick now
+}
+
+// openCouriers creates or updates the bucket and starts the writer.
+func openCouriers(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger, now func() time.Time) (*Couriers, error) {
+	c := &Couriers{
+		cfg: cfg, nc: nc, log: log, now: now,
+		stop:   make(chan struct{}),
+		kvLog:  ratelog.Limiter{Every: errLogEvery},
+		kvWake: make(chan struct{}, 1),
+		kvTick: make(chan kvTickReq),
+		table:  kvTable{m: make(map[string]*courierEntry)},
+	}
+	c.in.space = sync.NewCond(&c.in.mu)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	c.js = js
+	if err := c.createBucket(ctx); err != nil {
+		return nil, err
+	}
+	if c.kvAcks, err = subscribeKVAcks(nc); err != nil {
+		return nil, err
+	}
+	c.runCtx, c.cancel = context.WithCancel(context.Background())
+	c.wg.Add(1)
+	go c.kvLoop()
+	return c, nil
+}
+
+// close ignores updates from now on, stops the writer, then writes the
+// states still waiting (bounded by ctx) and drops the reply subscription.
+func (c *Couriers) close(ctx context.Context) error {
+	c.in.mu.Lock()
+	c.in.closed = true
+	c.in.space.Broadcast()
+	c.in.mu.Unlock()
+	close(c.stop)
+	c.cancel()
+	c.wg.Wait()
+	// The writer has stopped: close owns the table now.
+	now := c.now()
+	c.drain(now)
+	err := c.writeKV(ctx, now, true, true)
+	_ = c.kvAcks.sub.Unsubscribe()
+	return err
+}
+
+// stats fills the courier writer's counters of s.
+func (c *Couriers) stats(s *Stats) {
+	s.KVWrites, s.KVErrors, s.KVRefused = c.kvWrites.Load(), c.kvErrors.Load(), c.kvRefused.Load()
+	s.KVEvicted, s.KVWaits, s.KVCouriers = c.kvEvicted.Load(), c.kvWaits.Load(), int(c.kvCouriers.Load())
+	s.KVRecreated = c.kvRecreated.Load()
 }

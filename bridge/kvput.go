@@ -53,8 +53,8 @@ func subscribeKVAcks(nc *nats.Conn) (*kvAcks, error) {
 
 // writeChunk publishes ws and waits, up to Config.AckTimeout, for all their
 // acks; a write that fails or gets no ack is put back (kvFailed).
-func (b *Bridge) writeChunk(ctx context.Context, ws []kvWrite) error {
-	a := b.kvAcks
+func (c *Couriers) writeChunk(ctx context.Context, ws []kvWrite) error {
+	a := c.kvAcks
 	base := a.next
 	a.next += uint64(len(ws))
 	if cap(a.state) < len(ws) {
@@ -66,9 +66,9 @@ func (b *Bridge) writeChunk(ctx context.Context, ws []kvWrite) error {
 	var first error
 	fail := func(i int, err error) {
 		a.state[i] = ackDone
-		b.kvFailed(&ws[i], err)
+		c.kvFailed(&ws[i], err)
 		if first == nil {
-			first = fmt.Errorf("write courier %s to %s: %w", ws[i].cs.Courier, b.cfg.KVBucket, err)
+			first = fmt.Errorf("write courier %s to %s: %w", ws[i].cs.Courier, c.cfg.KVBucket, err)
 		}
 	}
 	// failWaiting puts back every write still waiting for its ack.
@@ -81,8 +81,8 @@ func (b *Bridge) writeChunk(ctx context.Context, ws []kvWrite) error {
 	}
 	for i := range ws {
 		w := &ws[i]
-		if w.cs.Cell == "" && b.cfg.ComputeCell {
-			w.cs.Cell = geo.Cell(w.cs.Lat, w.cs.Lon, b.cfg.CellResolution).String()
+		if w.cs.Cell == "" && c.cfg.ComputeCell {
+			w.cs.Cell = geo.Cell(w.cs.Lat, w.cs.Lon, c.cfg.CellResolution).String()
 			if w.e != nil && w.e.state.TS == w.cs.TS && w.e.state.Lat == w.cs.Lat && w.e.state.Lon == w.cs.Lon {
 				w.e.state.Cell = w.cs.Cell
 			}
@@ -92,13 +92,13 @@ func (b *Bridge) writeChunk(ctx context.Context, ws []kvWrite) error {
 		if err != nil {
 			// NaN or Inf coordinates: retrying cannot help.
 			a.state[i] = ackDone
-			b.kvErrors.Add(1)
-			b.logKV("bridge: encode courier state", w.cs.Courier, err)
+			c.kvErrors.Add(1)
+			c.logKV("bridge: encode courier state", w.cs.Courier, err)
 			continue
 		}
-		a.subj = append(append(append(a.subj[:0], "$KV."...), b.cfg.KVBucket...), '.')
+		a.subj = append(append(append(a.subj[:0], "$KV."...), c.cfg.KVBucket...), '.')
 		a.subj = append(a.subj, CourierKey(w.cs.Courier)...)
-		if err := b.nc.PublishRequest(string(a.subj), a.inbox.reply(base+uint64(i)), a.val); err != nil {
+		if err := c.nc.PublishRequest(string(a.subj), a.inbox.reply(base+uint64(i)), a.val); err != nil {
 			fail(i, err)
 			continue
 		}
@@ -107,7 +107,7 @@ func (b *Bridge) writeChunk(ctx context.Context, ws []kvWrite) error {
 	if waiting == 0 {
 		return first
 	}
-	a.timer.Reset(b.cfg.AckTimeout)
+	a.timer.Reset(c.cfg.AckTimeout)
 	defer a.timer.Stop()
 	for waiting > 0 {
 		select {
@@ -123,7 +123,7 @@ func (b *Bridge) writeChunk(ctx context.Context, ws []kvWrite) error {
 				continue
 			}
 			a.state[i] = ackDone
-			b.kvWrites.Add(1)
+			c.kvWrites.Add(1)
 		case <-a.timer.C:
 			failWaiting(errAckTimeout)
 			return first

@@ -46,6 +46,27 @@ type driver struct {
 	changed     bool
 	tickPending bool  // a tick was appended and has not come back yet
 	fatal       error // the log failed: nothing more can be acked
+
+	// What the driver asks of its neighbours, set by the market: the
+	// processing clock, an idle tick of the intake (it reports whether it
+	// appended one), and the checkpointer's barriers (periodic, and the
+	// final one at shutdown).
+	clock      func() time.Time
+	tick       func(idle int64) bool
+	checkpoint func(*driver)
+	final      func(*driver)
+}
+
+// restore makes eng, restored from the checkpoint at log index tag, the
+// driver's engine, before the log after tag is replayed through apply.
+func (d *driver) restore(eng *engine.Engine, tag uint64) {
+	d.eng, d.applied = eng, tag
+}
+
+// replayed ends a recovery's replay: what follows is live.
+func (d *driver) replayed() {
+	d.eng.Flush()
+	d.tickPending = false
 }
 
 // apply hands one log entry to the engine (engine.Apply): every kind,
@@ -95,7 +116,7 @@ func (d *driver) take(x durable) bool {
 // checkpoint interval it starts a checkpoint. When d.in is closed it takes
 // the final snapshot and stops the engine, which hands every pending result
 // to the sink. fail is called once if the log fails.
-func (d *driver) run(m *market, fail func()) {
+func (d *driver) run(fail func()) {
 	defer d.eng.Stop()
 	ckpt := time.NewTicker(d.cfg.State.CheckpointInterval)
 	defer ckpt.Stop()
@@ -125,7 +146,7 @@ func (d *driver) run(m *market, fail func()) {
 				}
 			}
 			if !open {
-				m.snapshotFinal(d)
+				d.final(d)
 				return
 			}
 			d.eng.Flush()
@@ -133,11 +154,11 @@ func (d *driver) run(m *market, fail func()) {
 			// A silent market logs nothing until a tick would fire
 			// something: the engine knows its timers, the intake knows
 			// whether it can hear.
-			if !d.tickPending && d.fatal == nil && d.eng.TickDue(m.deps.Clock().UnixMilli()) {
-				d.tickPending = m.in.tick(idle)
+			if !d.tickPending && d.fatal == nil && d.eng.TickDue(d.clock().UnixMilli()) {
+				d.tickPending = d.tick(idle)
 			}
 		case <-ckpt.C:
-			m.startCheckpoint(d)
+			d.checkpoint(d)
 		}
 	}
 }

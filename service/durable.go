@@ -201,10 +201,10 @@ func (m *market) recover(ecfg engine.Config) error {
 	}
 
 	d := m.drv
-	d.eng = eng
-	var n int64
+	d.restore(eng, tag)
+	var n, lastArrival int64
 	err = log.Replay(tag+1, func(i uint64, e wal.Entry) error {
-		m.in.now = max(m.in.now, e.Arrival)
+		lastArrival = max(lastArrival, e.Arrival)
 		d.apply(i, e)
 		n++
 		return nil
@@ -213,9 +213,8 @@ func (m *market) recover(ecfg engine.Config) error {
 		_ = log.Close()
 		return fail(fmt.Errorf("replay write-ahead log: %w", err))
 	}
-	eng.Flush()
-	d.applied = max(d.applied, tag)
-	d.tickPending = false
+	d.replayed()
+	m.in.resume(lastArrival)
 	m.ckpt.Checkpointer = checkpoint.NewCheckpointer(m.flushResults, localSaver{store: store, log: log}, tag)
 	m.ckpt.replayed = n
 	m.ckpt.recovery = time.Since(start)

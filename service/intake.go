@@ -78,6 +78,14 @@ func (in *intake) listenLocked() {
 	in.appendLocked(wal.Entry{Kind: wal.KindListen, Arrival: in.now}, nil)
 }
 
+// resume says the log's entries, replayed at start, arrived up to
+// lastArrival (ms): stamps never go back past it.
+func (in *intake) resume(lastArrival int64) {
+	in.mu.Lock()
+	in.now = max(in.now, lastArrival)
+	in.mu.Unlock()
+}
+
 // start connects to the broker. Messages may be handled before it returns.
 func (in *intake) start(ctx context.Context) error {
 	src, err := mqtt.Start(ctx, in.cfg, in.log, in.handle)

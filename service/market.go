@@ -73,7 +73,8 @@ func newMarket(cfg config.Config, nc *nats.Conn, deps *Deps) *market {
 	}
 	m.snk = &sink{cfg: cfg, log: log, nc: nc, errLog: ratelog.Limiter{Every: 5 * time.Second}}
 	in := make(chan []durable, queueBatches)
-	m.drv = &driver{cfg: cfg, log: log, record: deps.Record, in: in, h: newHandoff(in)}
+	m.drv = &driver{cfg: cfg, log: log, record: deps.Record, in: in, h: newHandoff(in),
+		clock: deps.Clock, checkpoint: m.startCheckpoint, final: m.snapshotFinal}
 	mcfg := mqtt.ConfigFrom(cfg.MQTT)
 	if mcfg.URL == Embedded {
 		mcfg.URL = deps.MQTTURL
@@ -83,6 +84,7 @@ func newMarket(cfg config.Config, nc *nats.Conn, deps *Deps) *market {
 		log: log, clock: deps.Clock, errLog: ratelog.Limiter{Every: 5 * time.Second},
 		durable: m.drv.h.add,
 	}
+	m.drv.tick = m.in.tick
 	m.phase.Store(&phaseOpening)
 	return m
 }
@@ -185,22 +187,21 @@ func (m *market) serve(ctx context.Context, drain time.Duration) error {
 	// runCtx ends the market when a part fails.
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	ckptDone := make(chan struct{})
-	go func() {
-		defer close(ckptDone)
-		m.checkpointer(runCtx)
-	}()
-	drvDone := make(chan struct{})
-	go func() {
-		defer close(drvDone)
-		m.drv.run(m, func() { m.die(m.drv.fatal); stop() })
-	}()
+	// Started upstream last, so stopped first: the intake's watch, then
+	// the driver (once the log has handed it every durable entry), then
+	// the checkpointer.
+	var parts stopper
+	parts.Go(func() { m.checkpointer(runCtx) }, stop)
+	var syncErr error
+	parts.Go(func() { m.drv.run(func() { m.die(m.drv.fatal); stop() }) }, func() {
+		// Every appended entry made durable and handed to the driver,
+		// which applies them all, takes the final snapshot and stops the
+		// engine.
+		syncErr = log.Sync()
+		close(m.drv.in)
+	})
 	stopWatch := make(chan struct{})
-	watchDone := make(chan struct{})
-	go func() {
-		defer close(watchDone)
-		m.in.watch(stopWatch)
-	}()
+	parts.Go(func() { m.in.watch(stopWatch) }, func() { close(stopWatch) })
 
 	var startErr error
 	if err := m.in.start(runCtx); err != nil {
@@ -221,14 +222,7 @@ func (m *market) serve(ctx context.Context, drain time.Duration) error {
 	defer cancel()
 
 	m.in.stop()
-	close(stopWatch)
-	<-watchDone
-	// Every appended entry made durable and handed to the driver, which
-	// applies them all, takes the final snapshot and stops the engine.
-	syncErr := log.Sync()
-	close(m.drv.in)
-	<-drvDone
-	<-ckptDone
+	parts.Stop()
 
 	srcErr := m.in.close(closeCtx) // acks given so far get their last flush
 	m.finalCheckpoint(closeCtx)
