@@ -403,7 +403,7 @@ func Default() Config {
 		Distance: Distance{MinMoveM: 15, MaxSpeedKmh: 150, StoppedBelowM: 50},
 		Geo:      Geo{H3Resolution: 9},
 		State:    State{CheckpointInterval: 10 * time.Second, WALSync: "batch", WALBatchInterval: 40 * time.Millisecond, WALBatchMax: 1024},
-		HTTP:     HTTP{Listen: "127.0.0.1:9464", Board: true},
+		HTTP:     HTTP{Listen: DefaultListen, Board: true},
 		Limits:   Limits{MaxCouriers: DefaultMaxCouriers},
 		Log:      Log{Level: "info"},
 	}

@@ -15,7 +15,9 @@ const (
 	// DefaultMaxPacketSize is mqtt.max_packet_size's default, in bytes.
 	DefaultMaxPacketSize = 1 << 20
 
-	DefaultNATSURL       = "nats://127.0.0.1:4222"
+	DefaultNATSURL = "nats://127.0.0.1:4222"
+	// DefaultListen is http.listen: loopback.
+	DefaultListen        = "127.0.0.1:9464"
 	DefaultSubjectPrefix = "delivery"
 	// DefaultDuplicateWindow is how long the results stream remembers a
 	// key (nats.duplicate_window).

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/km0/edgeproc/config"
 )
 
 var healthCommand = &command{
@@ -22,7 +24,7 @@ open. For a Docker HEALTHCHECK or a script, with no curl in the image.`,
 	setup: func(fs *flag.FlagSet) runFunc {
 		timeout := fs.Duration("timeout", 5*time.Second, "give up after this long")
 		return func(ctx context.Context, args []string, stdout, _ io.Writer) error {
-			url := "http://127.0.0.1:9464/healthz"
+			url := "http://" + config.DefaultListen + "/healthz"
 			switch len(args) {
 			case 0:
 			case 1:

@@ -59,8 +59,8 @@ edgeproc tail --config examples/girona.yaml --json --type courier | jq .`,
 		var markets, files, types stringList
 		fs.Var(&markets, "market", "market `NAME` to follow; repeat or comma-separate for several")
 		fs.Var(&files, "config", "follow the market of this configuration `FILE` (its nats.url, stream and subject prefix); repeatable")
-		natsURL := fs.String("nats", "", "NATS `URL` (default: the first file's nats.url, else nats://127.0.0.1:4222)")
-		prefix := fs.String("subject-prefix", "delivery", "subject `PREFIX` of --market markets")
+		natsURL := fs.String("nats", "", "NATS `URL` (default: the first file's nats.url, else "+config.DefaultNATSURL+")")
+		prefix := fs.String("subject-prefix", config.DefaultSubjectPrefix, "subject `PREFIX` of --market markets")
 		fs.Var(&types, "type", "`TYPES` to show, comma-separated: "+strings.Join(tailTypes, ", ")+" (default: every result type; courier adds each courier state written)")
 		since := fs.Duration("since", 0, "start this long ago (e.g. 10m); 0 = only what arrives from now")
 		asJSON := fs.Bool("json", false, "one JSON object a line instead of text")
@@ -87,7 +87,7 @@ edgeproc tail --config examples/girona.yaml --json --type courier | jq .`,
 			}
 			url := *natsURL
 			if url == "" {
-				url = "nats://127.0.0.1:4222"
+				url = config.DefaultNATSURL
 				if len(files) > 0 && cfgs[0].NATS.URL != service.Embedded {
 					url = cfgs[0].NATS.URL
 				}
