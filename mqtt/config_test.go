@@ -2,15 +2,8 @@ package mqtt
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"math"
-	"math/big"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -20,6 +13,7 @@ import (
 
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/internal/backoff"
+	"github.com/km0/edgeproc/internal/testenv"
 )
 
 func TestConfig_Validate(t *testing.T) {
@@ -114,10 +108,8 @@ func TestStart_RejectsBadInput(t *testing.T) {
 
 func TestTLSConfig(t *testing.T) {
 	dir := t.TempDir()
-	caPath := filepath.Join(dir, "ca.pem")
-	if err := os.WriteFile(caPath, selfSignedPEM(t), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testenv.ServerCert(t, dir)
+	caPath := filepath.Join(dir, "cert.pem")
 	junkPath := filepath.Join(dir, "junk.pem")
 	if err := os.WriteFile(junkPath, []byte("not a certificate"), 0o600); err != nil {
 		t.Fatal(err)
@@ -182,28 +174,6 @@ func TestConfig_ReconnectsWithinASecond(t *testing.T) {
 			t.Fatalf("attempt %d waits %v, want at most 1s", attempt, got)
 		}
 	}
-}
-
-func selfSignedPEM(t *testing.T) []byte {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "edgeproc test CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }
 
 // TestConfigFrom_MapsEveryField: the market's mqtt section reaches the
