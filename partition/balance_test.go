@@ -57,7 +57,7 @@ func TestBalance_JoinAndLeaveUnderLoad(t *testing.T) {
 	spread("a and c share the partitions after b left", []int{3}, a, c)
 	<-published
 	last := lastSeqs(t, pub, cfg)
-	testenv.WaitFor(t, time.Minute, "every partition applied to its end", func() bool { return caughtUp(last, statuses(a, c)...) })
+	testenv.WaitFor(t, time.Minute, "every partition applied to its end and recorded", func() bool { return settled(last, statuses(a, c)...) })
 	a.Stop()
 	c.Stop()
 	t.Logf("%d results, as the replay", equalsReplay(t, ns.URL(), cfg))

@@ -104,3 +104,49 @@ func TestRelease_BoundedWhenNothingCanBeRecorded(t *testing.T) {
 		t.Errorf("after release: fenced %v, term %v, owned %d; want the term ended", a.fenced.Load(), p.term, r.owned.Load())
 	}
 }
+
+// TestCatchUp_LeavesNoConsumerBehind: every catch-up reads the stream
+// through a consumer of its own; once it is done, the consumer is gone. A
+// stream holds at most 1000 consumers by default, and an owner catching
+// up often had filled it with finished ones, after which no catch-up (and
+// no new instance's consumer) could be created.
+func TestCatchUp_LeavesNoConsumerBehind(t *testing.T) {
+	r, _, ctx := setUpRunner(t, 1)
+	cfg := r.cfg
+	p := r.parts[0]
+	msgs := onePartitionFleet(2, 3*time.Minute, 9)[:40]
+	for _, m := range msgs {
+		if _, err := r.js.PublishMsg(ctx, fleetMsg(m, 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := r.js.Stream(ctx, cfg.JetStream.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := p.claim(ctx, "pin-a", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.eng.Stop()
+	if before.State.LastSeq < 20 {
+		t.Fatalf("the stream holds %d messages; want enough for several catch-ups", before.State.LastSeq)
+	}
+	for upTo := uint64(3); upTo <= before.State.LastSeq; upTo += 3 {
+		if !a.catchUp(ctx, upTo) || a.last != upTo-1 {
+			t.Fatalf("catch-up to %d: last %d", upTo, a.last)
+		}
+	}
+	after, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.State.Consumers != before.State.Consumers {
+		t.Fatalf("after %d catch-ups the stream has %d consumers, before them %d: want none left behind",
+			before.State.LastSeq/3, after.State.Consumers, before.State.Consumers)
+	}
+}

@@ -61,7 +61,7 @@ func TestCluster_FailoverEqualsReplay(t *testing.T) {
 	// from its checkpoint more than once before it gets through (seen in a
 	// clean-clone CI run under -race: three takeovers, nearly caught up at
 	// the old 60 s).
-	testenv.WaitFor(t, 2*time.Minute, "survivors own every partition and applied it all", func() bool { return caughtUp(last, statuses(survivors...)...) })
+	testenv.WaitFor(t, 2*time.Minute, "survivors own every partition, applied it all and recorded it", func() bool { return settled(last, statuses(survivors...)...) })
 	moved := 0
 	for _, in := range survivors {
 		for _, s := range in.r.Status() {

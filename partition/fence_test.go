@@ -93,7 +93,7 @@ func TestPausedOwner_IsFenced(t *testing.T) {
 	pausedAt := time.Now()
 	publishFleet(t, pub, msgs[half:], 20000, nil)
 	last = lastSeqs(t, pub, cfg)
-	testenv.WaitFor(t, 30*time.Second, "b took over and applied everything", func() bool { return caughtUp(last, statuses(b)...) })
+	testenv.WaitFor(t, 30*time.Second, "b took over, applied everything and recorded it", func() bool { return settled(last, statuses(b)...) })
 	t.Logf("takeover %v after the pause (pin ttl %v)", time.Since(pausedAt).Round(time.Millisecond), cfg.JetStream.PinTTL)
 	before := a.r.Results().Published
 	resume()

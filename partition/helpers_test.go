@@ -316,6 +316,25 @@ func caughtUp(last []uint64, statuses ...[]Status) bool {
 	return true
 }
 
+// settled is caughtUp with every partition's checkpoint at or past last
+// too: every result of it acknowledged by the results stream. Until then
+// a term can still be fenced (a publish that outlived its lease) and its
+// results dropped for the successor to re-derive, so a test that stops
+// the instances once they are only caught up may find results missing.
+func settled(last []uint64, statuses ...[]Status) bool {
+	if !caughtUp(last, statuses...) {
+		return false
+	}
+	for n, seq := range last {
+		for _, st := range statuses {
+			if s := st[n]; s.Owned && s.Checkpoint < seq {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // statuses are the in-process instances' statuses, for caughtUp.
 func statuses(ins ...*instance) [][]Status {
 	out := make([][]Status, len(ins))

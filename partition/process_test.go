@@ -90,7 +90,12 @@ func (p *proc) owned() []int {
 }
 
 // procsCaughtUp is caughtUp over processes that all answer.
-func procsCaughtUp(last []uint64, ps ...*proc) bool {
+func procsCaughtUp(last []uint64, ps ...*proc) bool { return procsAll(caughtUp, last, ps...) }
+
+// procsSettled is settled over processes that all answer.
+func procsSettled(last []uint64, ps ...*proc) bool { return procsAll(settled, last, ps...) }
+
+func procsAll(cond func([]uint64, ...[]Status) bool, last []uint64, ps ...*proc) bool {
 	var all [][]Status
 	for _, p := range ps {
 		_, parts, err := p.status()
@@ -99,7 +104,7 @@ func procsCaughtUp(last []uint64, ps ...*proc) bool {
 		}
 		all = append(all, parts)
 	}
-	return caughtUp(last, all...)
+	return cond(last, all...)
 }
 
 // reportCPU logs p's CPU time (utime + stime) since it was first seen
@@ -191,8 +196,8 @@ func TestProcesses_Kill9AndNodeLossEqualReplay(t *testing.T) {
 			n, s.AcquiredAt.Sub(killedAt).Round(time.Millisecond), s.FirstResultAt.Sub(killedAt).Round(time.Millisecond), cfg.JetStream.PinTTL)
 	}
 	last := lastSeqs(t, pub, cfg)
-	testenv.WaitFor(t, 60*time.Second, "survivors own every partition and applied it all", func() bool {
-		return procsCaughtUp(last, survivors...)
+	testenv.WaitFor(t, 60*time.Second, "survivors own every partition, applied it all and recorded it", func() bool {
+		return procsSettled(last, survivors...)
 	})
 	for _, p := range survivors {
 		reportCPU(t, p)
@@ -267,7 +272,7 @@ func TestProcesses_StoppedOwnerIsFenced(t *testing.T) {
 		}
 	})
 	last = lastSeqs(t, pub, cfg)
-	testenv.WaitFor(t, 30*time.Second, "b took over and applied everything", func() bool { return procsCaughtUp(last, b) })
+	testenv.WaitFor(t, 30*time.Second, "b took over, applied everything and recorded it", func() bool { return procsSettled(last, b) })
 	_, bs, _ := b.status()
 	t.Logf("b claimed the partition %v after SIGSTOP (pin_ttl %v), first result %v after it",
 		bs[0].AcquiredAt.Sub(stoppedAt).Round(time.Millisecond), cfg.JetStream.PinTTL, bs[0].FirstResultAt.Sub(stoppedAt).Round(time.Millisecond))

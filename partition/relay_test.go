@@ -146,7 +146,7 @@ func TestRelay_StreamLeaderLossLosesNoAckedPosition(t *testing.T) {
 	}
 	t.Logf("%d distinct positions stored, %d stored more than once (as published); relayed %d, %d retries", len(got), twice, relayed, retries)
 	last := lastSeqs(t, nc, cfg)
-	testenv.WaitFor(t, 2*time.Minute, "every partition applied to its end", func() bool { return caughtUp(last, statuses(a, b)...) })
+	testenv.WaitFor(t, 2*time.Minute, "every partition applied to its end and recorded", func() bool { return settled(last, statuses(a, b)...) })
 	a.Stop()
 	b.Stop()
 	t.Logf("%d results, as the replay", equalsReplay(t, cl.URL(), cfg))

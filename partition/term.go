@@ -188,15 +188,17 @@ func (t *term) catchUp(ctx context.Context, upTo uint64) bool {
 	defer cancel()
 	defer context.AfterFunc(t.pubCtx, cancel)()
 	oc, err := p.r.js.OrderedConsumer(ctx, p.r.cfg.JetStream.Stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects:   []string{p.subject},
-		DeliverPolicy:    jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:      t.last + 1,
-		MaxResetAttempts: catchUpResets,
+		FilterSubjects:    []string{p.subject},
+		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:       t.last + 1,
+		MaxResetAttempts:  catchUpResets,
+		InactiveThreshold: catchUpInactive,
 	})
 	if err != nil {
 		t.catchUpFailed(upTo, err)
 		return false
 	}
+	defer p.dropConsumer(oc)
 	empty := 0
 	for t.last+1 < upTo {
 		if t.fenced.Load() || ctx.Err() != nil {
@@ -231,6 +233,28 @@ func (t *term) catchUp(ctx context.Context, upTo uint64) bool {
 		}
 	}
 	return true
+}
+
+// catchUpInactive is how long the server keeps a catch-up's consumer
+// that nobody pulls from, should dropConsumer not reach it. The library's
+// default is 5 minutes; a stream holds at most 1000 consumers by default
+// (nats-server 2.11 on), and an owner that catches up often (a flapping
+// connection, a paused process) had filled that in minutes, after which
+// no catch-up and no consumer of the stream could be created.
+const catchUpInactive = 10 * time.Second
+
+// dropConsumer deletes the server's consumer of a finished catch-up, if
+// it made one, waiting at most a pull wait (the pull loop waits for it).
+func (p *part) dropConsumer(oc jetstream.Consumer) {
+	info := oc.CachedInfo()
+	if info == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.fetchWait())
+	defer cancel()
+	if err := p.r.js.DeleteConsumer(ctx, p.r.cfg.JetStream.Stream, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		p.r.log.Debug("catch-up consumer not deleted; the server drops it once inactive", "partition", p.n, "consumer", info.Name, "inactive_threshold", catchUpInactive, "err", err)
+	}
 }
 
 func (t *term) catchUpFailed(upTo uint64, err error) {
