@@ -115,6 +115,9 @@ func TestHub_AppliesTheBucketRules(t *testing.T) {
 	dist := func(end int64, m float64, stopped bool) step {
 		return res(result.Record{Type: result.Distance, Start: end - 300, End: end, DistanceM: m, Stopped: stopped})
 	}
+	revision := func(end int64, m float64, n int) step {
+		return res(result.Record{Type: result.Distance, Start: end - 300, End: end, DistanceM: m, Revision: n})
+	}
 	tests := []struct {
 		name  string
 		steps []step
@@ -127,6 +130,11 @@ func TestHub_AppliesTheBucketRules(t *testing.T) {
 		{"distance moving", []step{pos(10, 1, 2), dist(300, 900, false)}, "1 2 10 moving 900"},
 		{"distance stopped", []step{pos(10, 1, 2), dist(300, 5, true)}, "1 2 10 stopped 5"},
 		{"older window ignored", []step{pos(10, 1, 2), dist(600, 5, true), dist(300, 900, false)}, "1 2 10 stopped 5"},
+		// Allowed lateness: a window's revisions come in order, each
+		// replacing the one before; the board shows the newest window's
+		// newest revision, and no older window's.
+		{"revision of the shown window replaces it", []step{pos(10, 1, 2), dist(600, 5, true), revision(600, 700, 1)}, "1 2 10 moving 700"},
+		{"revision of an older window ignored", []step{pos(10, 1, 2), dist(600, 5, true), revision(300, 700, 1)}, "1 2 10 stopped 5"},
 		{"no_signal takes its last position", []step{pos(10, 1, 2), noSignal(15, 5, 6)}, "5 6 15 no_signal -"},
 		{"no_signal of an unknown courier shows it", []step{noSignal(15, 5, 6)}, "5 6 15 no_signal -"},
 		{"no_signal older than a position ignored", []step{pos(20, 1, 2), noSignal(15, 5, 6)}, "1 2 20 unknown -"},

@@ -222,8 +222,10 @@ type Windows struct {
 	// ToleratedDelay is the bounded out-of-orderness: wm = max_ts -
 	// ToleratedDelay (yaml tolerated_delay). Default 45s; >= 0.
 	ToleratedDelay time.Duration
-	// AllowedLateness is reserved (yaml allowed_lateness): only 0 is
-	// accepted until re-emission of fired windows exists. Default 0s.
+	// AllowedLateness is how long past its end a fired distance window
+	// still takes late positions, re-emitted as a revision when they change
+	// it (yaml allowed_lateness; contract §3, Allowed lateness). Default
+	// 0s: a window fires once; >= 0, at most 10000 slides.
 	AllowedLateness time.Duration
 	// IdleTimeout is the processing-time silence after which the watermark
 	// advances with the clock (yaml idle_timeout). Default 30s; >= 0,
@@ -236,27 +238,28 @@ type Windows struct {
 	// courier is tracked (yaml restore_ttl): until then a returning courier
 	// gets signal_restored and continues its distance; after it, it is
 	// forgotten (contract §3, Tracking and forgetting). Default 24h; at
-	// least max(Size, Gap), so that a forgotten courier has nothing open.
+	// least max(Size + AllowedLateness, Gap), so that a forgotten courier
+	// has nothing open or retained.
 	RestoreTTL time.Duration
 }
 
 // WindowsMs is Windows in integer milliseconds, the unit the engine uses.
-// AllowedLateness is left out: it is always 0.
 type WindowsMs struct {
-	Size, Slide, Gap, ToleratedDelay, IdleTimeout, MaxFutureSkew, RestoreTTL int64
+	Size, Slide, Gap, ToleratedDelay, AllowedLateness, IdleTimeout, MaxFutureSkew, RestoreTTL int64
 }
 
 // Millis returns the durations as integer milliseconds. Validate guarantees
 // they are whole milliseconds, so nothing is lost.
 func (w Windows) Millis() WindowsMs {
 	return WindowsMs{
-		Size:           w.Size.Milliseconds(),
-		Slide:          w.Slide.Milliseconds(),
-		Gap:            w.Gap.Milliseconds(),
-		ToleratedDelay: w.ToleratedDelay.Milliseconds(),
-		IdleTimeout:    w.IdleTimeout.Milliseconds(),
-		MaxFutureSkew:  w.MaxFutureSkew.Milliseconds(),
-		RestoreTTL:     w.RestoreTTL.Milliseconds(),
+		Size:            w.Size.Milliseconds(),
+		Slide:           w.Slide.Milliseconds(),
+		Gap:             w.Gap.Milliseconds(),
+		ToleratedDelay:  w.ToleratedDelay.Milliseconds(),
+		AllowedLateness: w.AllowedLateness.Milliseconds(),
+		IdleTimeout:     w.IdleTimeout.Milliseconds(),
+		MaxFutureSkew:   w.MaxFutureSkew.Milliseconds(),
+		RestoreTTL:      w.RestoreTTL.Milliseconds(),
 	}
 }
 

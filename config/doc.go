@@ -44,10 +44,10 @@
 //	  slide: 1m                     # > 0 and <= size (need not divide it)
 //	  gap: 3m                       # session inactivity gap, > 0
 //	  tolerated_delay: 45s          # wm = max_ts - tolerated_delay, >= 0
-//	  allowed_lateness: 0s          # reserved: only 0s is accepted now
+//	  allowed_lateness: 0s          # fired distance windows take late positions this long, re-emitted as revisions
 //	  idle_timeout: 30s             # >= 0; 0 = never advance the watermark on idleness
 //	  max_future_skew: 1m           # >= 0; timestamps further ahead are rejected
-//	  restore_ttl: 24h              # >= max(size, gap); a courier silent this long (event time) is forgotten
+//	  restore_ttl: 24h              # >= max(size + allowed_lateness, gap); a courier silent this long (event time) is forgotten
 //	distance:                       # contract §5; each finite and >= 0, 0 = filter off
 //	  min_move_m: 15                # anchor radius: movement within it (or the accuracy) is jitter
 //	  max_speed_kmh: 150            # faster segments are outlier jumps

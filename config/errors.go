@@ -43,7 +43,7 @@ var (
 	// or env var name not matching its pattern, a URL with the wrong scheme
 	// or with credentials in it, an invalid MQTT topic filter or NATS
 	// subject token, a non-finite number, a duration that is not a whole
-	// number of milliseconds, allowed_lateness other than 0s (reserved).
+	// number of milliseconds.
 	ErrInvalid = errors.New("invalid value")
 	// ErrEnvUnset: an environment variable named by password_env or
 	// creds_env is not set, or empty (LoadLive only).

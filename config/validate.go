@@ -277,16 +277,26 @@ func (w Windows) validate(v *validator) {
 	}
 	v.millis("windows.gap", w.Gap, true)
 	v.millis("windows.tolerated_delay", w.ToleratedDelay, false)
-	if w.AllowedLateness != 0 {
-		v.add("windows.allowed_lateness", w.AllowedLateness.String(), ErrInvalid,
-			"reserved: only 0s is accepted now (re-emission of fired windows comes later)")
+	lateOK := v.millis("windows.allowed_lateness", w.AllowedLateness, false)
+	if lateOK && slideOK && w.Slide > 0 && w.AllowedLateness/w.Slide > MaxWindowsPerPosition {
+		// A late position revises up to allowed_lateness / slide windows.
+		v.add("windows.allowed_lateness", w.AllowedLateness.String(), ErrOutOfRange,
+			fmt.Sprintf("too long for windows.slide %s: a late position could revise %d windows (at most %d)", w.Slide, w.AllowedLateness/w.Slide, MaxWindowsPerPosition))
 	}
 	v.millis("windows.idle_timeout", w.IdleTimeout, false)
 	v.millis("windows.max_future_skew", w.MaxFutureSkew, false)
-	if v.millis("windows.restore_ttl", w.RestoreTTL, true) && w.RestoreTTL < max(w.Size, w.Gap) {
-		// A courier forgotten with a window or session open would lose it.
-		v.add("windows.restore_ttl", w.RestoreTTL.String(), ErrOutOfRange,
-			fmt.Sprintf("must be at least max(windows.size, windows.gap) (%s)", max(w.Size, w.Gap)))
+	if v.millis("windows.restore_ttl", w.RestoreTTL, true) && lateOK {
+		// A courier forgotten with a window or session open, or a fired
+		// window still retained, would lose it.
+		switch need := max(w.Size+w.AllowedLateness, w.Gap); {
+		case w.RestoreTTL >= need:
+		case w.AllowedLateness > 0:
+			v.add("windows.restore_ttl", w.RestoreTTL.String(), ErrOutOfRange,
+				fmt.Sprintf("must be at least max(windows.size + windows.allowed_lateness, windows.gap) (%s), since windows.allowed_lateness is %s", need, w.AllowedLateness))
+		default:
+			v.add("windows.restore_ttl", w.RestoreTTL.String(), ErrOutOfRange,
+				fmt.Sprintf("must be at least max(windows.size, windows.gap) (%s)", need))
+		}
 	}
 }
 

@@ -85,8 +85,11 @@ func TestValidate_Rules(t *testing.T) {
 		{"too many windows per position", m + "windows:\n  size: 1h\n  slide: 1ms\n", "windows.slide", ErrOutOfRange},
 		{"gap zero", m + "windows:\n  gap: 0s\n", "windows.gap", ErrNotPositive},
 		{"tolerated_delay negative", m + "windows:\n  tolerated_delay: -1s\n", "windows.tolerated_delay", ErrNegative},
-		{"allowed_lateness nonzero", m + "windows:\n  allowed_lateness: 10s\n", "windows.allowed_lateness", ErrInvalid},
-		{"allowed_lateness negative", m + "windows:\n  allowed_lateness: -10s\n", "windows.allowed_lateness", ErrInvalid},
+		{"allowed_lateness negative", m + "windows:\n  allowed_lateness: -10s\n", "windows.allowed_lateness", ErrNegative},
+		{"allowed_lateness sub-millisecond", m + "windows:\n  allowed_lateness: 1500us\n", "windows.allowed_lateness", ErrInvalid},
+		{"allowed_lateness over 10000 slides", m + "windows:\n  slide: 1s\n  allowed_lateness: 10001s\n  restore_ttl: 48h\n", "windows.allowed_lateness", ErrOutOfRange},
+		{"restore_ttl below size + allowed_lateness", m + "windows:\n  allowed_lateness: 2m\n  restore_ttl: 6m\n", "windows.restore_ttl", ErrOutOfRange},
+		{"default restore_ttl below size + allowed_lateness", m + "windows:\n  allowed_lateness: 24h\n", "windows.restore_ttl", ErrOutOfRange},
 		{"idle_timeout negative", m + "windows:\n  idle_timeout: -1s\n", "windows.idle_timeout", ErrNegative},
 		{"max_future_skew negative", m + "windows:\n  max_future_skew: -1m\n", "windows.max_future_skew", ErrNegative},
 		{"restore_ttl zero", m + "windows:\n  restore_ttl: 0s\n", "windows.restore_ttl", ErrNotPositive},
@@ -238,7 +241,7 @@ func TestValidate_ReportsEveryProblemInKeyOrder(t *testing.T) {
 	c := contractGirona()
 	c.Market = "BAD"
 	c.Windows.Gap = 0
-	c.Windows.AllowedLateness = time.Second
+	c.Windows.AllowedLateness = 1500 * time.Microsecond
 	c.Distance.MinMoveM = math.NaN()
 	c.HTTP.Listen = "nowhere"
 	c.NATS.KVInterval = time.Microsecond
@@ -279,8 +282,8 @@ func TestValidate_Messages(t *testing.T) {
 	tests := []struct{ name, src, want string }{
 		{"example from the brief", "market: girona\nwindows:\n  gap: 0s\n",
 			`girona.yaml:3: windows.gap = "0s": must be positive`},
-		{"allowed_lateness says reserved", "market: girona\nwindows:\n  allowed_lateness: 1m\n",
-			`girona.yaml:3: windows.allowed_lateness = "1m0s": reserved: only 0s is accepted now (re-emission of fired windows comes later)`},
+		{"restore_ttl names allowed_lateness", "market: girona\nwindows:\n  allowed_lateness: 2m\n  restore_ttl: 6m\n",
+			`girona.yaml:4: windows.restore_ttl = "6m0s": must be at least max(windows.size + windows.allowed_lateness, windows.gap) (7m0s), since windows.allowed_lateness is 2m0s`},
 		{"slide larger than size names both", "market: girona\nwindows:\n  size: 1m\n  slide: 2m\n",
 			`girona.yaml:4: windows.slide = "2m0s": must not be larger than windows.size (1m0s)`},
 		{"required has no value", "market: ''\n",

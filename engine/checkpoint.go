@@ -13,8 +13,13 @@ import (
 )
 
 // SnapshotVersion is the format version of Checkpoint's snapshots. A
-// snapshot of another version is refused, never misread.
-const SnapshotVersion = 2
+// snapshot of another version is refused, never misread, except version
+// 2, which Restore still reads: it is version 3 without allowed lateness
+// (no windows.allowed_lateness in its fingerprint, no retained windows).
+const SnapshotVersion = 3
+
+// snapshotV2 is the last version before allowed lateness.
+const snapshotV2 = 2
 
 var snapshotMagic = []byte("EDGEPROC-STATE\n")
 
@@ -146,8 +151,13 @@ func (cfg *Config) fingerprint() []int64 {
 	return []int64{
 		cfg.Size, cfg.Slide, cfg.Gap, cfg.ToleratedDelay, cfg.RestoreTTL,
 		int64(math.Float64bits(cfg.Filter.MinMoveM)), int64(math.Float64bits(cfg.Filter.MaxSpeedKmh)),
+		cfg.AllowedLateness,
 	}
 }
+
+// fingerprintNames are the configuration keys of fingerprint's values.
+var fingerprintNames = []string{"windows.size", "windows.slide", "windows.gap", "windows.tolerated_delay", "windows.restore_ttl",
+	"distance.min_move_m", "distance.max_speed_kmh", "windows.allowed_lateness"}
 
 func (e *Engine) appendHeader(b []byte, tag uint64) []byte {
 	b = append(b, snapshotMagic...)
@@ -186,16 +196,20 @@ func Restore(cfg Config, sink Sink, snapshot []byte) (*Engine, uint64, error) {
 		return nil, 0, fmt.Errorf("%w: not an edgeproc snapshot", ErrSnapshotCorrupt)
 	}
 	r := wire.NewReader(snapshot[len(snapshotMagic):])
-	if v := r.Uint(); r.Err() == nil && v != SnapshotVersion {
-		return nil, 0, fmt.Errorf("%w: version %d, this edgeproc reads version %d", ErrSnapshotVersion, v, SnapshotVersion)
+	version := r.Uint()
+	if r.Err() == nil && version != SnapshotVersion && version != snapshotV2 {
+		return nil, 0, fmt.Errorf("%w: version %d, this edgeproc reads versions %d and %d", ErrSnapshotVersion, version, snapshotV2, SnapshotVersion)
 	}
 	if m := r.String(); r.Err() == nil && m != cfg.Market {
 		return nil, 0, fmt.Errorf("%w: market %q, configured %q", ErrSnapshotConfig, m, cfg.Market)
 	}
-	names := []string{"windows.size", "windows.slide", "windows.gap", "windows.tolerated_delay", "windows.restore_ttl", "distance.min_move_m", "distance.max_speed_kmh"}
 	for i, want := range cfg.fingerprint() {
-		if got := r.Int(); r.Err() == nil && got != want {
-			return nil, 0, fmt.Errorf("%w: %s differs (snapshot %d, configured %d); restore the old configuration or start from an empty state directory", ErrSnapshotConfig, names[i], got, want)
+		got := int64(0) // version 2 was written without allowed lateness
+		if version != snapshotV2 || i < len(fingerprintNames)-1 {
+			got = r.Int()
+		}
+		if r.Err() == nil && got != want {
+			return nil, 0, fmt.Errorf("%w: %s differs (snapshot %d, configured %d); restore the old configuration or start from an empty state directory", ErrSnapshotConfig, fingerprintNames[i], got, want)
 		}
 	}
 	tag := r.Uint()
@@ -223,7 +237,7 @@ func Restore(cfg Config, sink Sink, snapshot []byte) (*Engine, uint64, error) {
 		n := r.Count(4)
 		for i := 0; i < n && r.Err() == nil; i++ {
 			c := &courier{name: r.String(), latest: r.Int()}
-			if err := c.dist.ReadState(e.params.spec, r); err != nil {
+			if err := c.dist.ReadState(e.params.spec, r, version != snapshotV2); err != nil {
 				e.Stop()
 				return nil, 0, fmt.Errorf("%w: courier %q: %v", ErrSnapshotCorrupt, c.name, err)
 			}

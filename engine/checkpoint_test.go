@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -51,15 +53,25 @@ func smallFleet(seed int64) []Input {
 // output to be byte-identical to an uninterrupted run. Odd seeds run with
 // a full table (15 places for 25 couriers) and the shortest restore_ttl,
 // so that tracking, forgetting and eviction carry across the restore.
+//
+// Seeds 5 and 6 allow 2 minutes of lateness: retained windows and their
+// revision numbers carry across the restore too.
 func TestCheckpoint_RestoreContinuesExactly(t *testing.T) {
-	for seed := int64(1); seed <= 4; seed++ {
+	for seed := int64(1); seed <= 6; seed++ {
 		ins := smallFleet(seed)
 		cfg := benchConfig(2)
 		cfg.IdleTimeout = 20_000
 		if seed%2 == 1 {
 			cfg.MaxCouriers, cfg.RestoreTTL = 15, cfg.Size
 		}
+		if seed > 4 {
+			cfg.AllowedLateness = 120_000
+			cfg.RestoreTTL = max(cfg.RestoreTTL, cfg.Size+cfg.AllowedLateness)
+		}
 		want := runAll(cfg, ins)
+		if revised := bytes.Contains(want, []byte(`"revision":`)); revised != (cfg.AllowedLateness > 0) {
+			t.Fatalf("seed %d: revisions in the output %v, allowed lateness %d", seed, revised, cfg.AllowedLateness)
+		}
 		r := rand.New(rand.NewPCG(uint64(seed), 3))
 		for trial := 0; trial < 3; trial++ {
 			cut := r.IntN(len(ins))
@@ -95,6 +107,53 @@ func TestCheckpoint_RestoreContinuesExactly(t *testing.T) {
 	}
 }
 
+// TestRestore_ReadsVersion2 restores a snapshot written by the last
+// build before allowed lateness (testdata/snapshot-v2.bin: benchConfig(2)
+// with a 20 s idle timeout after smallFleet(9)[:2000], tag 7) and requires
+// the run to go on exactly as an uninterrupted one; under another allowed
+// lateness it is refused, as a snapshot of other windows.
+func TestRestore_ReadsVersion2(t *testing.T) {
+	snap, err := os.ReadFile("testdata/snapshot-v2.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := benchConfig(2)
+	cfg.IdleTimeout = 20_000
+	ins := smallFleet(9)
+	const cut = 2000
+	want := runAll(cfg, ins)
+	var got []byte
+	sink := func(rs []result.Record) { got = append(got, encode(rs)...) }
+	a := New(cfg, sink)
+	for i := range ins[:cut] {
+		a.Push(&ins[i])
+	}
+	a.Checkpoint(cut, func([][]byte) {}) // the results of every input pushed reach the sink
+	a.Stop()
+	b, tag, err := Restore(cfg, sink, snap)
+	if err != nil {
+		t.Fatalf("restore version 2: %v", err)
+	}
+	if tag != 7 {
+		t.Fatalf("got tag %d, want 7", tag)
+	}
+	for i := cut; i < len(ins); i++ {
+		b.Push(&ins[i])
+	}
+	b.EndOfInput()
+	if !bytes.Equal(got, want) {
+		t.Fatalf("restored from version 2: output differs from an uninterrupted run")
+	}
+	late := cfg
+	late.AllowedLateness = 60_000
+	if e, _, err := Restore(late, func([]result.Record) {}, snap); !errors.Is(err, ErrSnapshotConfig) || !strings.Contains(err.Error(), "windows.allowed_lateness") {
+		if e != nil {
+			e.Stop()
+		}
+		t.Fatalf("version 2 under allowed lateness: got %v, want %v naming windows.allowed_lateness", err, ErrSnapshotConfig)
+	}
+}
+
 func snapshotOf(t *testing.T, cfg Config, ins []Input) []byte {
 	t.Helper()
 	e := New(cfg, func([]result.Record) {})
@@ -123,6 +182,7 @@ func TestRestore_RefusesForeignSnapshots(t *testing.T) {
 	}{
 		{"newer format version", cfg, future, ErrSnapshotVersion},
 		{"another gap", other, snap, ErrSnapshotConfig},
+		{"another allowed lateness", func() Config { c := cfg; c.AllowedLateness = 60_000; return c }(), snap, ErrSnapshotConfig},
 		{"another distance filter", func() Config { c := cfg; c.Filter.MinMoveM++; return c }(), snap, ErrSnapshotConfig},
 		{"another market", func() Config { c := cfg; c.Market = "valencia"; return c }(), snap, ErrSnapshotConfig},
 		{"not a snapshot", cfg, []byte("{}"), ErrSnapshotCorrupt},

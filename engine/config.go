@@ -16,7 +16,7 @@ func ConfigFrom(c config.Config) Config {
 	w := c.Windows.Millis()
 	return Config{
 		Market: c.Market,
-		Size:   w.Size, Slide: w.Slide, Gap: w.Gap, ToleratedDelay: w.ToleratedDelay,
+		Size:   w.Size, Slide: w.Slide, Gap: w.Gap, ToleratedDelay: w.ToleratedDelay, AllowedLateness: w.AllowedLateness,
 		IdleTimeout: w.IdleTimeout, MaxFutureSkew: w.MaxFutureSkew, RestoreTTL: w.RestoreTTL,
 		MaxCouriers:   c.Limits.MaxCouriers,
 		Filter:        geo.Filter{MinMoveM: c.Distance.MinMoveM, MaxSpeedKmh: c.Distance.MaxSpeedKmh},

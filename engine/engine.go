@@ -39,9 +39,13 @@ type Config struct {
 	Market                           string
 	Size, Slide, Gap, ToleratedDelay int64
 	IdleTimeout, MaxFutureSkew       int64
+	// AllowedLateness is how long past its end a fired distance window
+	// takes late positions and is re-emitted as a revision (contract §3,
+	// Allowed lateness). 0: a window fires once.
+	AllowedLateness int64
 	// RestoreTTL is how long (event time) a courier stays tracked after its
-	// latest position. At least max(Size, Gap): a smaller value is raised
-	// to that, as config.Validate requires.
+	// latest position. At least max(Size + AllowedLateness, Gap): a smaller
+	// value is raised to that, as config.Validate requires.
 	RestoreTTL int64
 	// MaxCouriers is how many couriers are tracked at most (contract §3,
 	// Courier limit). Default (<= 0) 200000.
@@ -145,11 +149,13 @@ func New(cfg Config, sink Sink) *Engine {
 	if cfg.MaxCouriers <= 0 {
 		cfg.MaxCouriers = DefaultMaxCouriers
 	}
-	idle := max(cfg.Size, cfg.Gap)
+	idle := max(tmath.Add(cfg.Size, cfg.AllowedLateness), cfg.Gap)
+	spec := window.NewSpec(cfg.Size, cfg.Slide)
+	spec.Lateness = cfg.AllowedLateness
 	e := &Engine{
 		cfg: cfg,
 		params: &params{
-			market: cfg.Market, spec: window.NewSpec(cfg.Size, cfg.Slide), gap: cfg.Gap,
+			market: cfg.Market, spec: spec, gap: cfg.Gap,
 			filter: cfg.Filter, stopped: cfg.StoppedBelowM, res: cfg.H3Resolution,
 		},
 		wm:    watermark.New(cfg.ToleratedDelay, cfg.IdleTimeout, cfg.MaxFutureSkew),
@@ -481,8 +487,12 @@ type Stats struct {
 	// for each position not late for distance, its windows that had
 	// already fired (contract §3: a window with end <= wm is never joined).
 	MissedMemberships int64
-	Results           map[string]int64 // by type, rejected included
-	Couriers          int64            // tracked couriers (with state in a shard)
+	// Revisions counts distance windows re-emitted because a late position
+	// changed them, and Recovered the positions that joined a window that
+	// had already fired (both 0 without allowed lateness).
+	Revisions, Recovered int64
+	Results              map[string]int64 // by type, rejected included
+	Couriers             int64            // tracked couriers (with state in a shard)
 	// Evicted counts couriers forgotten to make room for a new one at
 	// MaxCouriers (those refused are Rejected["courier_limit"]).
 	Evicted   int64
@@ -507,6 +517,8 @@ func (e *Engine) Stats() Stats {
 		st.LateDistance += s.stats.lateDistance.Load()
 		st.LateSession += s.stats.lateSession.Load()
 		st.MissedMemberships += s.stats.missed.Load()
+		st.Revisions += s.stats.revisions.Load()
+		st.Recovered += s.stats.recovered.Load()
 		st.Couriers += s.stats.couriers.Load()
 		for _, t := range result.Types[:result.Rejected] {
 			st.Results[t.String()] += s.stats.results[t].Load()

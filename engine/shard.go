@@ -57,6 +57,10 @@ type shard struct {
 	firing    *courier
 	onWindow  func(window.Window)
 	onSession func(sessions.Event)
+	// revising is the event whose fix revises its courier's ended windows
+	// (onRevised's), set during the call.
+	revising  *event
+	onRevised func(window.Window)
 
 	// A snapshot in progress (see checkpoint.go).
 	snap     *shardSnap
@@ -69,6 +73,7 @@ type shard struct {
 
 	stats struct {
 		duplicates, lateDistance, lateSession, missed, couriers, watermark atomic.Int64
+		revisions, recovered                                               atomic.Int64
 		results                                                            [result.Rejected]atomic.Int64
 	}
 }
@@ -80,7 +85,7 @@ func newShard(id int, p *params) *shard {
 	}
 	s.stats.watermark.Store(tmath.Never)
 	s.next.Store(tmath.Forever)
-	s.onWindow, s.onSession = s.windowFired, s.sessionFired
+	s.onWindow, s.onSession, s.onRevised = s.windowFired, s.sessionFired, s.windowRevised
 	return s
 }
 
@@ -184,6 +189,14 @@ func (s *shard) apply(ev *event) {
 			}
 		}
 		c.dist.Insert(p.spec, p.filter, geo.Fix{TS: ev.ts, Lat: ev.lat, Lon: ev.lon, Acc: ev.acc})
+		if p.spec.Lateness > 0 && ev.ts < ev.wm {
+			if p.spec.FirstEnd(ev.ts) <= ev.wm {
+				s.stats.recovered.Add(1) // it joins a window that has fired
+			}
+			s.revising = ev
+			c.dist.Revise(p.spec, ev.ts, s.onRevised)
+			s.revising = nil
+		}
 	}
 	if lateS {
 		s.late(c.name, ev, result.OpSession)
@@ -245,14 +258,31 @@ func (s *shard) fire(c *courier, wm int64) {
 
 func (s *shard) windowFired(w window.Window) {
 	st := s.c.stepAt(w.End)
+	s.emit(s.distance(w, st.clock, result.Order{Seq: st.seq, Phase: 1, At: w.End}))
+}
+
+// distance is the record of a firing of w, the firing courier's.
+func (s *shard) distance(w window.Window, clock int64, o result.Order) result.Record {
 	sparse := s.p.filter.On() && w.Sparse() // only the filter makes a claim of evidence
-	s.emit(result.Record{
-		Type: result.Distance, Courier: s.firing.name, EmittedAt: st.clock,
-		Order: result.Order{Seq: st.seq, Phase: 1, At: w.End},
+	return result.Record{
+		Type: result.Distance, Courier: s.firing.name, EmittedAt: clock, Order: o,
 		Start: w.Start, End: w.End, DistanceM: w.DistanceM, Positions: w.Positions,
 		Stopped: w.DistanceM < s.p.stopped && !sparse, InsufficientEvidence: sparse,
-		Cell: s.firing.cellOf(w.Last.Lat, w.Last.Lon, s.p.res),
-	})
+		Cell:     s.firing.cellOf(w.Last.Lat, w.Last.Lon, s.p.res),
+		Revision: w.Revision,
+	}
+}
+
+// windowRevised emits a firing caused by a fix rather than by the
+// watermark (allowed lateness): a revision of a fired window, or the first
+// firing of an ended one the fix created. It comes with the fix's other
+// records, after them.
+func (s *shard) windowRevised(w window.Window) {
+	ev := s.revising
+	if w.Revision > 0 {
+		s.stats.revisions.Add(1)
+	}
+	s.emit(s.distance(w, ev.clock, result.Order{Seq: ev.seq, Rank: 3}))
 }
 
 func (s *shard) sessionFired(ev sessions.Event) {

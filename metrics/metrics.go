@@ -137,7 +137,9 @@ var (
 	dRejected   = desc("positions_rejected_total", "Rejected inputs, by contract reason.", "reason")
 	dDuplicates = desc("positions_duplicate_total", "Exact duplicate positions ignored (QoS 1 redelivery).")
 	dLate       = desc("positions_late_total", "Positions late for an operator (distance or session).", "operator")
-	dMissed     = desc("window_memberships_missed_total", "Distance windows a position that was not late could not join because they had already fired.")
+	dMissed     = desc("window_memberships_missed_total", "Distance windows a position that was not late could not join because they were closed for good (ended, and past windows.allowed_lateness).")
+	dRevisions  = desc("distance_revisions_total", "Distance windows re-emitted as a revision because a late position changed them (windows.allowed_lateness).")
+	dRecovered  = desc("positions_late_recovered_total", "Positions that joined a distance window after it had fired (within windows.allowed_lateness): late data used, not only counted.")
 	dResults    = desc("results_total", "Records emitted, by type (rejected included).", "type")
 	dCouriers   = desc("couriers", "Couriers tracked (at most limits.max_couriers).")
 	dEvicted    = desc("couriers_evicted_total", "Idle couriers forgotten to make room for a new one at limits.max_couriers.")
@@ -202,7 +204,7 @@ var revision = func() string {
 }()
 
 var allDescs = []*prometheus.Desc{
-	dReceived, dAccepted, dRejected, dDuplicates, dLate, dMissed, dResults, dCouriers, dEvicted, dWatermark, dLag, dQueue, dQueueCap, dInFlight, dInFlightMx,
+	dReceived, dAccepted, dRejected, dDuplicates, dLate, dMissed, dRevisions, dRecovered, dResults, dCouriers, dEvicted, dWatermark, dLag, dQueue, dQueueCap, dInFlight, dInFlightMx,
 	dPublished, dAcked, dBDup, dBErrors, dBRetries, dPending, dKVWrites, dKVErrors, dKVRefused, dKVEvicted, dRecreated, dNATSUp, dStreamUp,
 	dMQTTUp, dMQTTRecv, dMQTTRedel, dMQTTOut, dMQTTReconn, dMQTTLost, dReady, dFailed,
 	dCkptAge, dCkptDur, dCkptBytes, dCkpts, dCkptFail, dCkptSkip, dWALBytes, dWALRepairs, dWALStalled, dWALStalls, dWALFsync, dReplayed, dRecoveryDur,
@@ -243,6 +245,8 @@ func (c *Collector) collect(ch chan<- prometheus.Metric, name string, s Snapshot
 		counter(dLate, float64(e.LateDistance), "distance")
 		counter(dLate, float64(e.LateSession), "session")
 		counter(dMissed, float64(e.MissedMemberships))
+		counter(dRevisions, float64(e.Revisions))
+		counter(dRecovered, float64(e.Recovered))
 		for _, k := range sortedKeys(e.Results) {
 			counter(dResults, float64(e.Results[k]), k)
 		}

@@ -57,7 +57,7 @@ func TestCollector_ReadsSnapshots(t *testing.T) {
 	full := metrics.Market{Name: "girona", Snapshot: func() metrics.Snapshot {
 		return metrics.Snapshot{
 			Engine: engine.Stats{
-				Received: 10, Accepted: 7, Duplicates: 1, LateDistance: 2, LateSession: 3, MissedMemberships: 6, Couriers: 4, InFlight: 2, InFlightMax: 4,
+				Received: 10, Accepted: 7, Duplicates: 1, LateDistance: 2, LateSession: 3, MissedMemberships: 6, Revisions: 12, Recovered: 13, Couriers: 4, InFlight: 2, InFlightMax: 4,
 				Rejected:  map[string]int64{"malformed_json": 2, "too_large": 1},
 				Results:   map[string]int64{"distance": 5, "rejected": 3},
 				Watermark: 940_000,
@@ -87,6 +87,8 @@ func TestCollector_ReadsSnapshots(t *testing.T) {
 		{"edgeproc_positions_late_total{market=girona,operator=distance}", 2},
 		{"edgeproc_positions_late_total{market=girona,operator=session}", 3},
 		{"edgeproc_window_memberships_missed_total{market=girona}", 6},
+		{"edgeproc_distance_revisions_total{market=girona}", 12},
+		{"edgeproc_positions_late_recovered_total{market=girona}", 13},
 		{"edgeproc_results_total{market=girona,type=distance}", 5},
 		{"edgeproc_results_total{market=girona,type=rejected}", 3},
 		{"edgeproc_couriers{market=girona}", 4},

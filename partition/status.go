@@ -197,6 +197,8 @@ func addStats(dst *engine.Stats, src engine.Stats) {
 	dst.LateDistance += src.LateDistance
 	dst.LateSession += src.LateSession
 	dst.MissedMemberships += src.MissedMemberships
+	dst.Revisions += src.Revisions
+	dst.Recovered += src.Recovered
 	dst.Evicted += src.Evicted
 	for k, v := range src.Rejected {
 		dst.Rejected[k] += v

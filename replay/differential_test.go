@@ -23,7 +23,7 @@ import (
 
 func refParams(c engine.Config) reference.Params {
 	return reference.Params{
-		Market: c.Market, SizeMs: c.Size, SlideMs: c.Slide, GapMs: c.Gap, DelayMs: c.ToleratedDelay,
+		Market: c.Market, SizeMs: c.Size, SlideMs: c.Slide, GapMs: c.Gap, DelayMs: c.ToleratedDelay, AllowedLatenessMs: c.AllowedLateness,
 		IdleTimeoutMs: c.IdleTimeout, FutureSkewMs: c.MaxFutureSkew, RestoreTTLMs: c.RestoreTTL,
 		MaxCouriers: cmp.Or(c.MaxCouriers, engine.DefaultMaxCouriers),
 		MinMoveM:    c.Filter.MinMoveM, MaxSpeedKmh: c.Filter.MaxSpeedKmh, StoppedBelowM: c.StoppedBelowM,
@@ -87,9 +87,17 @@ func canonAll(t *testing.T, ms []map[string]any) []rec {
 	return out
 }
 
-func compare(t *testing.T, name string, c engine.Config, input []byte) {
+// compare requires the engine's records over input to be the
+// reference's, whatever the shard count, and returns how many of them are
+// revisions.
+func compare(t *testing.T, name string, c engine.Config, input []byte) (revisions int) {
 	t.Helper()
 	got, raw := replayRecords(t, c, input)
+	for _, m := range got {
+		if _, ok := m["revision"]; ok {
+			revisions++
+		}
+	}
 	want := reference.Run(refParams(c), input)
 	g, w := canonAll(t, got), canonAll(t, want)
 	i, j := 0, 0
@@ -121,6 +129,7 @@ func compare(t *testing.T, name string, c engine.Config, input []byte) {
 			t.Fatalf("%s: output with %d shards differs from %d shards", name, n, c.Shards)
 		}
 	}
+	return revisions
 }
 
 func join(s []string) string {
@@ -158,7 +167,10 @@ func randomConfig(r *rand.Rand) engine.Config {
 		MaxFutureSkew: int64(r.IntN(3)) * 20_000,
 		StoppedBelowM: 50, H3Resolution: r.IntN(16), Shards: 1 + r.IntN(4),
 	}
-	c.RestoreTTL = max(c.Size, c.Gap) + int64(r.IntN(4))*int64(r.IntN(30_000))
+	if r.IntN(2) == 0 { // allowed lateness, from a fraction of a slide to several windows
+		c.AllowedLateness = []int64{1_000, slide, 2 * size, int64(1+r.IntN(120)) * 1_000}[r.IntN(4)]
+	}
+	c.RestoreTTL = max(c.Size+c.AllowedLateness, c.Gap) + int64(r.IntN(4))*int64(r.IntN(30_000))
 	if r.IntN(2) == 0 { // a full table: couriers evicted and refused
 		c.MaxCouriers = 1 + r.IntN(3)
 	}
@@ -172,7 +184,9 @@ func randomConfig(r *rand.Rand) engine.Config {
 }
 
 // randomInput is an adversarial stream: few couriers, out-of-order
-// timestamps, duplicates, silences, missing arrival_ms, bad lines.
+// timestamps, duplicates, silences, missing arrival_ms, bad lines, and
+// tunnels: a courier's positions held back for a while and delivered at
+// once, late, as a phone that lost the network does.
 func randomInput(r *rand.Rand, n int) []byte {
 	var b bytes.Buffer
 	const base = int64(1_750_000_000_000)
@@ -183,6 +197,7 @@ func randomInput(r *rand.Rand, n int) []byte {
 		lat, lon float64
 	}
 	last := map[string]fix{}
+	held := map[string][]fix{} // a courier in a tunnel: its positions so far
 	var prev []byte
 	// Whole seconds make equalities at every boundary (ts+gap == other ts,
 	// wm == window end) frequent.
@@ -209,6 +224,16 @@ func randomInput(r *rand.Rand, n int) []byte {
 			arrival += int64(r.IntN(3_000))
 		}
 		c := couriers[r.IntN(len(couriers))]
+		if hs, in := held[c]; in && r.IntN(6) == 0 { // out of the tunnel
+			delete(held, c)
+			for _, h := range hs {
+				prev = []byte(fmt.Sprintf(`{"courier":%q,"lat":%.6f,"lon":%.6f,"timestamp_ms":%d,"arrival_ms":%d}`+"\n", c, h.lat, h.lon, h.ts, arrival-arrival%grain))
+				b.Write(prev)
+			}
+			continue
+		} else if !in && r.IntN(25) == 0 {
+			held[c] = []fix{}
+		}
 		f, ok := last[c]
 		if !ok {
 			f = fix{ts: arrival - int64(r.IntN(10_000)), lat: 41 + r.Float64()*0.01, lon: 2 + r.Float64()*0.01}
@@ -224,6 +249,10 @@ func randomInput(r *rand.Rand, n int) []byte {
 		f.lat += (r.Float64() - 0.5) * 0.002
 		f.lon += (r.Float64() - 0.5) * 0.002
 		last[c] = f
+		if hs, in := held[c]; in {
+			held[c] = append(hs, f)
+			continue
+		}
 		line := fmt.Sprintf(`{"courier":%q,"lat":%.6f,"lon":%.6f,"timestamp_ms":%d`, c, f.lat, f.lon, f.ts)
 		if r.IntN(3) == 0 {
 			line += fmt.Sprintf(`,"accuracy_m":%d`, r.IntN(40))
@@ -242,11 +271,18 @@ func TestReplay_MatchesReference_Random(t *testing.T) {
 	if testing.Short() {
 		seeds = 50
 	}
+	revised := 0 // inputs with revisions
 	for seed := 0; seed < seeds; seed++ {
 		r := rand.New(rand.NewPCG(uint64(seed), 7))
 		c := randomConfig(r)
-		compare(t, fmt.Sprintf("seed %d config %+v", seed, c), c, randomInput(r, 50+r.IntN(400)))
+		if compare(t, fmt.Sprintf("seed %d config %+v", seed, c), c, randomInput(r, 50+r.IntN(400))) > 0 {
+			revised++
+		}
 	}
+	if revised < seeds/10 {
+		t.Errorf("only %d of %d inputs gave revisions; the inputs are meant to exercise allowed lateness", revised, seeds)
+	}
+	t.Logf("%d of %d inputs gave revisions", revised, seeds)
 }
 
 func TestReplay_MatchesReference_Fleet(t *testing.T) {
@@ -262,6 +298,11 @@ func TestReplay_MatchesReference_Fleet(t *testing.T) {
 			IdleTimeout: 30_000, MaxFutureSkew: 60_000, RestoreTTL: 24 * 3600_000,
 			Filter: geo.Filter{MinMoveM: 15, MaxSpeedKmh: 150}, StoppedBelowM: 50, H3Resolution: 9, Shards: 2,
 		}
-		compare(t, fmt.Sprintf("fleet seed %d", seed), c, in)
+		if n := compare(t, fmt.Sprintf("fleet seed %d", seed), c, in); n != 0 {
+			t.Errorf("fleet seed %d: %d revisions without allowed lateness", seed, n)
+		}
+		c.AllowedLateness, c.Shards = 5*60_000, 3
+		n := compare(t, fmt.Sprintf("fleet seed %d allowed_lateness 5m", seed), c, in)
+		t.Logf("fleet seed %d, allowed_lateness 5m: %d revisions", seed, n)
 	}
 }

@@ -70,6 +70,10 @@ type Record struct {
 	DistanceM  float64
 	Positions  int
 	Stopped    bool
+	// Revision numbers a distance window's re-firings under allowed
+	// lateness (contract §3): 0 for its first firing, then 1, 2, … JSON
+	// "revision" and the key's last part, present only when above 0.
+	Revision int
 	// Distance, with the distance filter on: the window's fixes span less
 	// than half of it, too little to claim stopped (Stopped is then
 	// false). JSON "insufficient_evidence", present only when true.
@@ -137,7 +141,12 @@ func (r *Record) AppendKey(dst []byte) []byte {
 	case Distance, NoSignal:
 		dst = append(dst, r.Courier...)
 		dst = append(dst, '|')
-		return strconv.AppendInt(dst, r.Start, 10)
+		dst = strconv.AppendInt(dst, r.Start, 10)
+		if r.Revision > 0 {
+			dst = append(dst, '|')
+			dst = strconv.AppendInt(dst, int64(r.Revision), 10)
+		}
+		return dst
 	case SignalRestored:
 		dst = append(dst, r.Courier...)
 		dst = append(dst, '|')
@@ -185,6 +194,9 @@ func (r *Record) AppendJSON(dst []byte) []byte {
 			dst = append(dst, `,"insufficient_evidence":true`...)
 		}
 		dst = appendCell(dst, r.Cell)
+		if r.Revision > 0 {
+			dst = appendInt(dst, "revision", int64(r.Revision))
+		}
 	case NoSignal:
 		dst = appendInt(dst, "session_start_ms", r.Start)
 		dst = appendInt(dst, "last_seen_ms", r.End)

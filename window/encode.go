@@ -21,6 +21,13 @@ func (d *Distance) AppendState(b []byte) []byte {
 		b = wire.AppendFloat(b, d.panes[i].sum)
 		b = appendTrack(b, &d.panes[i].end)
 	}
+	b = wire.AppendUint(b, uint64(len(d.kept)))
+	for _, k := range d.kept {
+		b = wire.AppendInt(b, k.end)
+		b = wire.AppendFloat(b, k.dist)
+		b = wire.AppendUint(b, uint64(k.n))
+		b = wire.AppendUint(b, uint64(k.rev))
+	}
 	return b
 }
 
@@ -72,8 +79,10 @@ func readTrack(r *wire.Reader) geo.Track {
 
 // ReadState restores d from what AppendState wrote. The segments and marks
 // are left for the first Insert to rebuild: they take the filter, which
-// this does not have.
-func (d *Distance) ReadState(s Spec, r *wire.Reader) error {
+// this does not have. retained says whether the state holds the retained
+// windows (snapshot version 3 on); an older one has none, as written with
+// no allowed lateness.
+func (d *Distance) ReadState(s Spec, r *wire.Reader, retained bool) error {
 	*d = Distance{fired: r.Int(), base: readTrack(r)}
 	n := r.Count(25)
 	if n > 0 {
@@ -92,8 +101,34 @@ func (d *Distance) ReadState(s Spec, r *wire.Reader) error {
 		d.panes[p].sum = r.Float()
 		d.panes[p].end = readTrack(r)
 	}
+	if retained {
+		if err := d.readKept(s, r); err != nil {
+			return err
+		}
+	}
 	if err := r.Err(); err != nil {
 		return fmt.Errorf("distance state: %w", err)
+	}
+	return nil
+}
+
+// readKept reads the retained windows, which must be in order of end, each
+// a window end holding a retained fix.
+func (d *Distance) readKept(s Spec, r *wire.Reader) error {
+	n := r.Count(4)
+	for i := 0; i < n && r.Err() == nil; i++ {
+		k := retainedWindow{end: r.Int(), dist: r.Float()}
+		k.n, k.rev = int32(min(r.Uint(), 1<<30)), int32(min(r.Uint(), 1<<30))
+		if r.Err() != nil {
+			break
+		}
+		if len(d.kept) > 0 && k.end <= d.kept[len(d.kept)-1].end {
+			return fmt.Errorf("distance state: retained windows out of order at %d", k.end)
+		}
+		if k.end != s.ceilEnd(k.end) || len(d.fixes) == 0 || k.end > d.fired || k.end <= d.fixes[0].TS {
+			return fmt.Errorf("distance state: retained window ending %d holds no fix", k.end)
+		}
+		d.kept = append(d.kept, k)
 	}
 	return nil
 }

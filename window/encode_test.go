@@ -38,7 +38,7 @@ func TestDistance_StateRoundTrip(t *testing.T) {
 			d.Advance(s, wm, func(Window) {})
 			b := d.AppendState(nil)
 			var got Distance
-			if err := got.ReadState(s, wire.NewReader(b)); err != nil {
+			if err := got.ReadState(s, wire.NewReader(b), true); err != nil {
 				t.Fatalf("seed %d step %d: %v", seed, i, err)
 			}
 			want := d

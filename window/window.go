@@ -1,6 +1,8 @@
 // Package window holds one courier's sliding event-time distance windows
 // (contract §3): windows [start, start+Size) with start a multiple of Slide,
-// fired once when the watermark reaches their end.
+// fired when the watermark reaches their end, and then, under allowed
+// lateness, retained until the watermark reaches end + Lateness and fired
+// again (a revision) whenever a late fix changes them.
 //
 // State is kept in panes of gcd(Size, Slide) milliseconds, the way Flink
 // slices sliding windows: a position updates one pane, and a window is the
@@ -22,7 +24,11 @@ import (
 // Spec is the window geometry, in milliseconds.
 type Spec struct {
 	Size, Slide int64
-	pane        int64
+	// Lateness is the allowed lateness: how long past its end a fired
+	// window still takes late fixes (windows.allowed_lateness). 0: a
+	// window is dropped as it fires.
+	Lateness int64
+	pane     int64
 }
 
 // NewSpec returns the geometry of windows of size ms sliding every slide ms
@@ -39,14 +45,19 @@ func (s Spec) LastEnd(ts int64) int64 {
 	return tmath.Add(tmath.FloorDiv(ts, s.Slide)*s.Slide, s.Size)
 }
 
-// Late reports whether a position at ts is late for distance at watermark
-// wm: every window that could hold it has fired.
-func (s Spec) Late(ts, wm int64) bool { return wm >= s.LastEnd(ts) }
+// FirstEnd returns the end of the earliest window holding ts.
+func (s Spec) FirstEnd(ts int64) int64 { return s.ceilEnd(tmath.Add(ts, 1)) }
 
-// Missed returns how many windows holding ts had already ended at wm
-// (end <= wm): memberships a position that is not late cannot take, since
-// a window with end <= wm is never created.
+// Late reports whether a position at ts is late for distance at watermark
+// wm: every window that could hold it is closed for good (end + Lateness
+// <= wm; with no lateness, every such window has fired).
+func (s Spec) Late(ts, wm int64) bool { return wm >= tmath.Add(s.LastEnd(ts), s.Lateness) }
+
+// Missed returns how many windows holding ts were closed for good at wm
+// (end + Lateness <= wm): memberships a position that is not late cannot
+// take, since such a window is never created.
 func (s Spec) Missed(ts, wm int64) int64 {
+	wm = tmath.Add(wm, -s.Lateness)
 	first := tmath.FloorDiv(ts-s.Size, s.Slide) + 1          // index of the first window holding ts
 	ended := tmath.FloorDiv(tmath.Add(wm, -s.Size), s.Slide) // index of the last window ended at wm
 	last := tmath.FloorDiv(ts, s.Slide)                      // index of the last window holding ts
@@ -58,6 +69,7 @@ func (s Spec) Missed(ts, wm int64) int64 {
 
 // lowBound returns the smallest timestamp that is not late at wm.
 func (s Spec) lowBound(wm int64) int64 {
+	wm = tmath.Add(wm, -s.Lateness)
 	if wm < tmath.Never+s.Size {
 		return tmath.Never
 	}
@@ -80,6 +92,18 @@ type Window struct {
 	Positions  int
 	First      int64   // the timestamp of the window's earliest fix
 	Last       geo.Fix // the window's fix with the largest timestamp
+	// Revision is 0 for the window's first firing and n for its n-th
+	// re-firing (allowed lateness).
+	Revision int
+}
+
+// retained is a fired window that late fixes can still change (its end +
+// Lateness is after the watermark), as it last fired.
+type retainedWindow struct {
+	end  int64
+	dist float64
+	n    int32
+	rev  int32
 }
 
 // Sparse reports whether the window's fixes span less than half of it: too
@@ -140,10 +164,11 @@ type Distance struct {
 	// the marks are: a checkpoint does not keep it, and until the first
 	// Insert after a restore (the first call given the filter) it is nil.
 	segs  []float64
-	base  geo.Track // the filter's state after the fixes dropped from fixes
-	panes []pane    // by idx; one per pane holding a retained fix
-	marks []mark    // by ts; in panes of markEvery fixes or more
-	fired int64     // every window ending at or before fired has been handled
+	base  geo.Track        // the filter's state after the fixes dropped from fixes
+	panes []pane           // by idx; one per pane holding a retained fix
+	marks []mark           // by ts; in panes of markEvery fixes or more
+	fired int64            // every window ending at or before fired has been handled
+	kept  []retainedWindow // by end; only with Spec.Lateness > 0
 }
 
 // Start readies d for a courier first seen at watermark wm: windows that
@@ -374,12 +399,21 @@ func (d *Distance) paneOf(idx int64) int {
 	return j
 }
 
-// NextEnd returns the end of the next window that will fire, if any.
+// NextEnd returns the watermark at which d next has something to do, if
+// any: the end of the next window that will fire or, under allowed
+// lateness, the moment its oldest fix can be dropped.
 func (d *Distance) NextEnd(s Spec) (int64, bool) {
 	if len(d.panes) == 0 {
 		return 0, false
 	}
-	return d.firstEnd(s), true
+	next := d.firstEnd(s)
+	if s.Lateness > 0 {
+		if next > s.LastEnd(d.fixes[len(d.fixes)-1].TS) {
+			next = tmath.Forever // every window holding a fix has fired
+		}
+		next = min(next, tmath.Add(s.LastEnd(d.fixes[0].TS), s.Lateness))
+	}
+	return next, true
 }
 
 func (d *Distance) firstEnd(s Spec) int64 {
@@ -391,7 +425,8 @@ func (d *Distance) firstEnd(s Spec) int64 {
 }
 
 // Advance fires, in order of end, every window holding a fix whose end is
-// in (previous watermark, wm], then forgets what no unfired window needs.
+// in (previous watermark, wm], then forgets what no unfired or retained
+// window needs.
 func (d *Distance) Advance(s Spec, wm int64, fire func(Window)) {
 	if wm <= d.fired {
 		return
@@ -400,6 +435,13 @@ func (d *Distance) Advance(s Spec, wm int64, fire func(Window)) {
 		d.fire(s, wm, fire)
 	}
 	d.fired = wm
+	if len(d.kept) > 0 {
+		k := 0
+		for k < len(d.kept) && tmath.Add(d.kept[k].end, s.Lateness) <= wm {
+			k++
+		}
+		d.kept = d.kept[:copy(d.kept, d.kept[k:])]
+	}
 	d.evict(s, s.lowBound(wm))
 }
 
@@ -417,14 +459,71 @@ func (d *Distance) fire(s Spec, wm int64, fire func(Window)) {
 			e = s.ceilEnd(first + 1) // skip windows holding nothing
 			continue
 		}
-		w := Window{Start: start, End: e}
-		for j := lo; j < len(d.panes) && d.panes[j].idx*s.pane < e; j++ {
-			w.DistanceM += d.panes[j].sum
-			w.Positions += int(d.panes[j].n)
+		w := d.window(s, lo, e)
+		if s.Lateness > 0 {
+			d.kept = append(d.kept, retainedWindow{end: e, dist: w.DistanceM, n: int32(w.Positions)})
 		}
-		w.First = d.fixes[d.search(start)].TS
-		w.Last = d.fixes[d.search(e)-1]
 		fire(w)
+		if e > tmath.Forever-s.Slide {
+			return
+		}
+		e += s.Slide
+	}
+}
+
+// window sums the window ending at e whose first pane holding a fix is
+// d.panes[lo].
+func (d *Distance) window(s Spec, lo int, e int64) Window {
+	start := e - s.Size
+	w := Window{Start: start, End: e}
+	for j := lo; j < len(d.panes) && d.panes[j].idx*s.pane < e; j++ {
+		w.DistanceM += d.panes[j].sum
+		w.Positions += int(d.panes[j].n)
+	}
+	w.First = d.fixes[d.search(start)].TS
+	w.Last = d.fixes[d.search(e)-1]
+	return w
+}
+
+// Revise fires, after the Insert of a fix at ts, what that fix changed
+// among the windows that have ended (contract §3, Allowed lateness): every
+// fired, retained window whose positions or distance now differ from its
+// last firing fires again as its next revision, and an ended window that
+// held nothing until this fix fires for the first time. Only windows
+// ending after ts can have changed: the others hold fixes before ts, whose
+// segments a later fix does not touch. Without lateness nothing that has
+// ended is kept, so there is nothing to revise.
+func (d *Distance) Revise(s Spec, ts int64, fire func(Window)) {
+	if s.Lateness == 0 || ts >= d.fired || d.fired == tmath.Forever || len(d.panes) == 0 {
+		return
+	}
+	e := max(s.FirstEnd(ts), s.FirstEnd(tmath.Add(d.fired, -s.Lateness)))
+	lo, k := 0, 0
+	for e <= d.fired {
+		start := e - s.Size
+		for lo < len(d.panes) && d.panes[lo].idx*s.pane < start {
+			lo++
+		}
+		if lo == len(d.panes) {
+			return
+		}
+		if d.panes[lo].idx*s.pane < e { // it holds a fix
+			w := d.window(s, lo, e)
+			for k < len(d.kept) && d.kept[k].end < e {
+				k++
+			}
+			switch {
+			case k == len(d.kept) || d.kept[k].end != e:
+				d.kept = slices.Insert(d.kept, k, retainedWindow{end: e, dist: w.DistanceM, n: int32(w.Positions)})
+				fire(w)
+			case d.kept[k].dist != w.DistanceM || int(d.kept[k].n) != w.Positions:
+				r := &d.kept[k]
+				r.rev++
+				r.dist, r.n = w.DistanceM, int32(w.Positions)
+				w.Revision = int(r.rev)
+				fire(w)
+			}
+		}
 		if e > tmath.Forever-s.Slide {
 			return
 		}
@@ -450,7 +549,7 @@ func (d *Distance) evict(s Spec, lb int64) {
 	d.base = d.panes[j-1].end
 	if k == len(d.fixes) {
 		// An idle courier keeps only the filter's state.
-		d.fixes, d.segs, d.panes, d.marks = nil, nil, nil, nil
+		d.fixes, d.segs, d.panes, d.marks, d.kept = nil, nil, nil, nil, nil
 		return
 	}
 	d.fixes = d.fixes[:copy(d.fixes, d.fixes[k:])]

@@ -348,7 +348,7 @@ func TestDistance_DensePanesBitExact(t *testing.T) {
 			}
 			if i%700 == 0 {
 				var back Distance
-				if err := back.ReadState(s, wire.NewReader(d.AppendState(nil))); err != nil {
+				if err := back.ReadState(s, wire.NewReader(d.AppendState(nil)), true); err != nil {
 					t.Fatal(err)
 				}
 				d = back

@@ -27,6 +27,7 @@ func (pr *processor) advance(cand *big.Int, emittedAt int64) {
 	}
 	pr.wm = cand
 	pr.fire(emittedAt, nil)
+	pr.drop()
 	pr.forget()
 }
 
@@ -58,7 +59,7 @@ func (pr *processor) fire(emittedAt int64, endOfInput map[*session]bool) {
 	var due []firing
 	for _, c := range pr.sortedCouriers() {
 		for _, w := range c.windows {
-			if cmp(pr.wm, w.end) >= 0 {
+			if !w.fired && cmp(pr.wm, w.end) >= 0 {
 				due = append(due, firing{at: w.end, courier: c.name, kind: 0, w: w, c: c})
 			}
 		}
@@ -80,13 +81,53 @@ func (pr *processor) fire(emittedAt int64, endOfInput map[*session]bool) {
 	})
 	for _, f := range due {
 		if f.w != nil {
-			delete(f.c.windows, f.w.start)
-			pr.emitDistance(f.c, f.w, emittedAt)
+			f.w.fired = true
+			f.w.last = pr.emitDistance(f.c, f.w, emittedAt)
 			continue
 		}
 		f.s.open = false
 		pr.emitNoSignal(f.c, f.s, endOfInput[f.s], emittedAt)
 		pr.afterClose(f.c, f.s, emittedAt)
+	}
+}
+
+// drop forgets the fired windows no late position can join any more
+// (wm >= end + AllowedLatenessMs).
+func (pr *processor) drop() {
+	for _, c := range pr.couriers {
+		for start, w := range c.windows {
+			if w.fired && cmp(pr.wm, plus(start, pr.p.SizeMs+pr.p.AllowedLatenessMs)) >= 0 {
+				delete(c.windows, start)
+			}
+		}
+	}
+}
+
+// revise runs right after the distance operator accepted a position of c:
+// every ended window of c (end <= wm) that is still retained fires, for
+// the first time if it never did (the position created it after its end),
+// and again as its next revision if its values differ from its last
+// firing. All of them are recomputed from scratch; in order of start.
+func (pr *processor) revise(c *courierState, emittedAt int64) {
+	var ended []*window
+	for _, w := range c.windows {
+		if cmp(pr.wm, w.end) >= 0 {
+			ended = append(ended, w)
+		}
+	}
+	sort.Slice(ended, func(i, j int) bool { return ended[i].start < ended[j].start })
+	for _, w := range ended {
+		if !w.fired {
+			w.fired = true
+			w.last = pr.emitDistance(c, w, emittedAt)
+			continue
+		}
+		v := pr.distanceOf(c, w)
+		if v.values() == w.last {
+			continue
+		}
+		w.revision++
+		w.last = pr.emitRecord(c, w, v, emittedAt)
 	}
 }
 
@@ -149,7 +190,22 @@ func predecessor(c *courierState, p *position) *position {
 	return pred
 }
 
-func (pr *processor) emitDistance(c *courierState, w *window, emittedAt int64) {
+// computed is a window's firing as computed from scratch.
+type computed struct {
+	dist   float64
+	ps     []*position // by timestamp
+	sparse bool
+}
+
+func (v computed) values() distanceValues { return distanceValues{v.dist, len(v.ps)} }
+
+// emitDistance emits w's firing and returns its values.
+func (pr *processor) emitDistance(c *courierState, w *window, emittedAt int64) distanceValues {
+	return pr.emitRecord(c, w, pr.distanceOf(c, w), emittedAt)
+}
+
+// distanceOf computes w from its positions and the courier's LAG chain.
+func (pr *processor) distanceOf(c *courierState, w *window) computed {
 	ps := append([]*position(nil), w.positions...)
 	sort.Slice(ps, func(i, j int) bool { return ps[i].ts < ps[j].ts })
 	var filtered map[*position]float64
@@ -168,10 +224,22 @@ func (pr *processor) emitDistance(c *courierState, w *window, emittedAt int64) {
 	newest := ps[len(ps)-1]
 	// With a filter on, stopped needs fixes over at least half the window.
 	sparse := (pr.p.MinMoveM > 0 || pr.p.MaxSpeedKmh > 0) && 2*(newest.ts-ps[0].ts) < pr.p.SizeMs
+	return computed{dist: dist, ps: ps, sparse: sparse}
+}
+
+// emitRecord emits w's firing with values v (a revision when w.revision >
+// 0) and returns them.
+func (pr *processor) emitRecord(c *courierState, w *window, v computed, emittedAt int64) distanceValues {
+	dist, ps, sparse := v.dist, v.ps, v.sparse
+	newest := ps[len(ps)-1]
+	key := fmt.Sprintf("distance|%s|%s|%d", pr.p.Market, c.name, w.start)
+	if w.revision > 0 {
+		key += fmt.Sprintf("|%d", w.revision)
+	}
 	rec := map[string]any{
 		"type":            "distance",
 		"courier":         c.name,
-		"key":             fmt.Sprintf("distance|%s|%s|%d", pr.p.Market, c.name, w.start),
+		"key":             key,
 		"emitted_at_ms":   emittedAt,
 		"window_start_ms": w.start,
 		"window_end_ms":   saturate(w.end),
@@ -183,7 +251,11 @@ func (pr *processor) emitDistance(c *courierState, w *window, emittedAt int64) {
 	if sparse {
 		rec["insufficient_evidence"] = true
 	}
+	if w.revision > 0 {
+		rec["revision"] = w.revision
+	}
 	pr.emit(rec)
+	return v.values()
 }
 
 // filtered returns, with MinMoveM > 0, the segment of every position of

@@ -31,6 +31,10 @@ type Params struct {
 	GapMs int64
 	// DelayMs is the tolerated delay: wm = max_ts - DelayMs. Must be >= 0.
 	DelayMs int64
+	// AllowedLatenessMs is how long past its end a fired distance window
+	// is retained and re-fired as a revision when a late position changes
+	// it. Must be >= 0.
+	AllowedLatenessMs int64
 	// IdleTimeoutMs is the processing-time silence after which the watermark
 	// follows the clock; 0 disables the idle rule. Must be >= 0.
 	IdleTimeoutMs int64
@@ -38,7 +42,7 @@ type Params struct {
 	// line is rejected as future_timestamp. Must be >= 0.
 	FutureSkewMs int64
 	// RestoreTTLMs: a tracked courier is forgotten once wm >= its latest +
-	// RestoreTTLMs. Must be >= max(SizeMs, GapMs).
+	// RestoreTTLMs. Must be >= max(SizeMs + AllowedLatenessMs, GapMs).
 	RestoreTTLMs int64
 	// MaxCouriers is limits.max_couriers, how many couriers are tracked at
 	// most. Must be > 0.
@@ -67,8 +71,10 @@ func (p Params) validate() error {
 		return fmt.Errorf("IdleTimeoutMs %d: must be >= 0", p.IdleTimeoutMs)
 	case p.FutureSkewMs < 0:
 		return fmt.Errorf("FutureSkewMs %d: must be >= 0", p.FutureSkewMs)
-	case p.RestoreTTLMs < max(p.SizeMs, p.GapMs):
-		return fmt.Errorf("RestoreTTLMs %d: must be >= max(SizeMs, GapMs)", p.RestoreTTLMs)
+	case p.AllowedLatenessMs < 0:
+		return fmt.Errorf("AllowedLatenessMs %d: must be >= 0", p.AllowedLatenessMs)
+	case p.RestoreTTLMs < max(p.SizeMs+p.AllowedLatenessMs, p.GapMs):
+		return fmt.Errorf("RestoreTTLMs %d: must be >= max(SizeMs + AllowedLatenessMs, GapMs)", p.RestoreTTLMs)
 	case p.MaxCouriers <= 0:
 		return fmt.Errorf("MaxCouriers %d: must be > 0", p.MaxCouriers)
 	}
@@ -148,6 +154,17 @@ type window struct {
 	start     int64
 	end       *big.Int
 	positions []*position
+	// fired: it has fired at least once; then last holds the values of its
+	// last firing and revision the number of its re-firings.
+	fired    bool
+	last     distanceValues
+	revision int64
+}
+
+// distanceValues are what decides whether a retained window re-fires.
+type distanceValues struct {
+	dist      float64
+	positions int
 }
 
 type session struct {
@@ -161,7 +178,8 @@ type courierState struct {
 	name string
 	// distPositions are all positions the distance operator ever accepted.
 	distPositions []*position
-	// windows are the unfired windows holding at least one position, by start.
+	// windows are the windows holding at least one position that are
+	// unfired or retained (fired, end + AllowedLatenessMs > wm), by start.
 	windows map[int64]*window
 	// sessions are all sessions ever, open and closed, in creation order
 	// (a session merged into another is removed).
@@ -270,6 +288,12 @@ func (pr *processor) lastWindowEnd(ts int64) *big.Int {
 	return plus(ts-ts%pr.p.SlideMs, pr.p.SizeMs)
 }
 
+// closedAt is the watermark at which every window that can hold ts is
+// closed for good: lastWindowEnd(ts) + AllowedLatenessMs.
+func (pr *processor) closedAt(ts int64) *big.Int {
+	return new(big.Int).Add(pr.lastWindowEnd(ts), big.NewInt(pr.p.AllowedLatenessMs))
+}
+
 // makeRoom applies §3 Courier limit before a valid position of courier:
 // it reports false when the position must be refused.
 func (pr *processor) makeRoom(courier string) bool {
@@ -282,7 +306,7 @@ func (pr *processor) makeRoom(courier string) bool {
 			idle = name
 		}
 	}
-	if cmp(pr.wm, plus(pr.tracked[idle], max(pr.p.SizeMs, pr.p.GapMs))) < 0 {
+	if cmp(pr.wm, plus(pr.tracked[idle], max(pr.p.SizeMs+pr.p.AllowedLatenessMs, pr.p.GapMs))) < 0 {
 		return false
 	}
 	pr.forgetCourier(idle)
@@ -313,7 +337,7 @@ func (pr *processor) handlePosition(pos *position) {
 	}
 
 	// Duplicate rule (§2).
-	if pr.seen[pos.courier][pos.ts] && cmp(pr.wm, pr.lastWindowEnd(pos.ts)) < 0 {
+	if pr.seen[pos.courier][pos.ts] && cmp(pr.wm, pr.closedAt(pos.ts)) < 0 {
 		return
 	}
 	if pr.seen[pos.courier] == nil {
@@ -322,7 +346,7 @@ func (pr *processor) handlePosition(pos *position) {
 	pr.seen[pos.courier][pos.ts] = true
 
 	// Lateness, against the watermark before this position moves it.
-	lateDistance := cmp(pr.wm, pr.lastWindowEnd(pos.ts)) >= 0
+	lateDistance := cmp(pr.wm, pr.closedAt(pos.ts)) >= 0
 	touching := pr.touchingSessions(pos)
 	lateSession := len(touching) == 0 && cmp(pr.wm, plus(pos.ts, pr.p.GapMs)) >= 0
 	if lateDistance {
@@ -334,6 +358,7 @@ func (pr *processor) handlePosition(pos *position) {
 
 	if !lateDistance {
 		pr.acceptDistance(pos)
+		pr.revise(pr.courier(pos.courier), now)
 	}
 	if !lateSession {
 		pr.acceptSession(pos, touching, now)
@@ -357,7 +382,7 @@ func (pr *processor) emitLate(pos *position, operator string, now int64) {
 }
 
 // acceptDistance adds pos to the courier's LAG sequence and to each of its
-// windows whose end is still after the watermark.
+// windows that is unfired or retained (end + AllowedLatenessMs > wm).
 func (pr *processor) acceptDistance(pos *position) {
 	c := pr.courier(pos.courier)
 	c.distPositions = append(c.distPositions, pos)
@@ -366,7 +391,7 @@ func (pr *processor) acceptDistance(pos *position) {
 	// newest first. ts > 0 and start > ts-size, so nothing overflows.
 	for start := pos.ts - pos.ts%pr.p.SlideMs; start > pos.ts-pr.p.SizeMs; start -= pr.p.SlideMs {
 		end := plus(start, pr.p.SizeMs)
-		if cmp(end, pr.wm) <= 0 {
+		if cmp(plus(start, pr.p.SizeMs+pr.p.AllowedLatenessMs), pr.wm) <= 0 {
 			continue
 		}
 		w, ok := c.windows[start]

@@ -26,6 +26,7 @@ type Record struct {
 	DistanceM  float64 `json:"distance_m"`
 	Positions  int     `json:"positions"`
 	Stopped    bool    `json:"stopped"`
+	Revision   int     `json:"revision"`
 	SessStart  int64   `json:"session_start_ms"`
 	LastSeen   int64   `json:"last_seen_ms"`
 	EndOfInput bool    `json:"end_of_input"`
@@ -134,6 +135,10 @@ func (p Printer) Line(r Record) string {
 			b.WriteString("  one position")
 		case r.Stopped:
 			b.WriteString("  stopped")
+		}
+		if r.Revision > 0 {
+			// Late positions changed a window already shown: this replaces it.
+			fmt.Fprintf(&b, "  revision %d", r.Revision)
 		}
 	case "no_signal":
 		fmt.Fprintf(&b, "silent since %s (session from %s)", p.Clock(r.LastSeen), p.Clock(r.SessStart))
