@@ -2,6 +2,7 @@ package replay
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"math"
 	"strings"
@@ -9,6 +10,15 @@ import (
 
 	"github.com/km0/edgeproc/engine"
 )
+
+// boundaryCase is one input at a boundary of the contract and what must
+// hold of its records.
+type boundaryCase struct {
+	name  string
+	setup func(*engine.Config)
+	lines []string
+	check func(t *testing.T, recs []map[string]any, st engine.Stats)
+}
 
 // TestReplay_ContractBoundaries checks the rules of contract §2–§3 on
 // effective timestamps, the timestamp range, tracking and forgetting, the
@@ -18,16 +28,10 @@ import (
 //
 // cfg(): 1-minute windows sliding every minute, 60 s gap, wm = max_ts - 30 s.
 func TestReplay_ContractBoundaries(t *testing.T) {
-	type check func(t *testing.T, recs []map[string]any, st engine.Stats)
 	limit := func(n int, ttl int64) func(*engine.Config) {
 		return func(c *engine.Config) { c.MaxCouriers, c.RestoreTTL = n, ttl }
 	}
-	cases := []struct {
-		name  string
-		setup func(*engine.Config)
-		lines []string
-		check check
-	}{
+	cases := []boundaryCase{
 		{
 			// a at the clock: wm = t0+120s-30s = t0+90s, so the probe at
 			// t0+30s is late for sessions (t0+30s+gap <= wm).
@@ -265,6 +269,7 @@ func TestReplay_ContractBoundaries(t *testing.T) {
 			},
 		},
 	}
+	cases = append(cases, latenessCases()...)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			c := cfg()
@@ -282,6 +287,157 @@ func TestReplay_ContractBoundaries(t *testing.T) {
 			compare(t, tc.name, c, input)
 		})
 	}
+}
+
+// latenessCases are TestReplay_ContractBoundaries's cases of contract §3,
+// Allowed lateness: 1-minute windows, wm = max_ts - 30 s, and
+// allowed_lateness 60 s unless the case says otherwise.
+func latenessCases() []boundaryCase {
+	allow := func(l int64) func(*engine.Config) {
+		return func(c *engine.Config) { c.AllowedLateness = l }
+	}
+	revisions := func(recs []map[string]any, courier string) []map[string]any {
+		var out []map[string]any
+		for _, r := range ofType(recs, "distance") {
+			if _, ok := r["revision"]; ok && r["courier"] == courier {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	return []boundaryCase{
+		{
+			// b moves wm to t0+119.999s = end + L - 1 of a's window [t0,
+			// t0+60s), which has fired: a's t0+20s still joins it, and it
+			// fires again as revision 1, keyed …|t0|1.
+			name:  "allowed lateness: wm = end + L - 1 revises",
+			setup: allow(60_000),
+			lines: []string{pos("a", t0+10_000, 0, -1), pos("b", t0+149_999, 0, -1), pos("a", t0+20_000, 0.001, -1)},
+			check: func(t *testing.T, recs []map[string]any, st engine.Stats) {
+				rs := revisions(recs, "a")
+				if len(rs) != 1 || num(t, rs[0], "revision") != 1 || num(t, rs[0], "positions") != 2 ||
+					rs[0]["key"] != fmt.Sprintf("distance|m|a|%d|1", t0) {
+					t.Errorf("got revisions %v, want one of a's window at t0 with 2 positions", rs)
+				}
+				if r := find(recs, "late", "a", "operator", "distance"); r != nil || st.Revisions != 1 || st.Recovered != 1 {
+					t.Errorf("late %v, %d revisions, %d recovered: want not late, 1 and 1", r, st.Revisions, st.Recovered)
+				}
+			},
+		},
+		{
+			name:  "allowed lateness: wm = end + L is late",
+			setup: allow(60_000),
+			lines: []string{pos("a", t0+10_000, 0, -1), pos("b", t0+150_000, 0, -1), pos("a", t0+20_000, 0.001, -1)},
+			check: func(t *testing.T, recs []map[string]any, st engine.Stats) {
+				wantLate(t, recs, "a", "distance", t0+120_000)
+				if rs := revisions(recs, "a"); len(rs) != 0 {
+					t.Errorf("got revisions %v, want none", rs)
+				}
+			},
+		},
+		{
+			// a's first position, at wm t0+90s: its window ended at t0+60s
+			// but is within L, so it is created and fires at once, as a
+			// first firing (no revision), and no membership is missed.
+			name:  "allowed lateness: a window created after its end fires at once",
+			setup: allow(60_000),
+			lines: []string{pos("b", t0+120_000, 0, -1), pos("a", t0+10_000, 0, -1)},
+			check: func(t *testing.T, recs []map[string]any, st engine.Stats) {
+				if r := find(recs, "distance", "a", "window_start_ms", t0); r == nil || r["revision"] != nil || num(t, r, "positions") != 1 {
+					t.Errorf("got %v, want a's window at t0 fired once with 1 position", r)
+				}
+				if st.MissedMemberships != 0 {
+					t.Errorf("got %d missed memberships, want 0", st.MissedMemberships)
+				}
+				wantLate(t, recs, "a", "session", t0+90_000) // sessions have no allowed lateness
+			},
+		},
+		{
+			// a's t0+55s falls between t0+50s and t0+70s: it revises its own
+			// window [t0, t0+60s) and [t0+60s, t0+120s), which it is not in,
+			// because t0+70s's segment now starts at it (22 m, not 111 m).
+			name:  "allowed lateness: a late position revises the window of the next one",
+			setup: allow(120_000),
+			lines: []string{pos("a", t0+50_000, 0, -1), pos("a", t0+70_000, 0.001, -1), pos("b", t0+160_000, 0, -1), pos("a", t0+55_000, 0.0008, -1)},
+			check: func(t *testing.T, recs []map[string]any, st engine.Stats) {
+				first := find(recs, "distance", "a", "window_start_ms", t0+60_000)
+				var rev map[string]any
+				for _, r := range revisions(recs, "a") {
+					if num(t, r, "window_start_ms") == t0+60_000 {
+						rev = r
+					}
+				}
+				if first == nil || rev == nil || num(t, rev, "positions") != 1 || metres(t, rev) >= metres(t, first)/4 {
+					t.Errorf("window at t0+60s: first %v, revision %v; want a revision with the shorter segment", first, rev)
+				}
+				if st.Revisions != 2 {
+					t.Errorf("got %d revisions, want 2", st.Revisions)
+				}
+			},
+		},
+		{
+			name:  "allowed lateness: a copy within retention is a duplicate",
+			setup: allow(60_000),
+			lines: []string{pos("a", t0+10_000, 0, -1), pos("b", t0+149_999, 0, -1), pos("a", t0+10_000, 0, -1)},
+			check: func(t *testing.T, recs []map[string]any, st engine.Stats) {
+				if st.Duplicates != 1 || st.LateDistance != 0 || st.Revisions != 0 {
+					t.Errorf("got %d duplicates, %d late, %d revisions; want 1, 0, 0", st.Duplicates, st.LateDistance, st.Revisions)
+				}
+			},
+		},
+		{
+			name:  "allowed lateness: a copy past retention is late, not a duplicate",
+			setup: allow(60_000),
+			lines: []string{pos("a", t0+10_000, 0, -1), pos("b", t0+150_000, 0, -1), pos("a", t0+10_000, 0, -1)},
+			check: func(t *testing.T, recs []map[string]any, st engine.Stats) {
+				if st.Duplicates != 0 {
+					t.Errorf("got %d duplicates, want 0", st.Duplicates)
+				}
+				wantLate(t, recs, "a", "distance", t0+120_000)
+			},
+		},
+		{
+			// One place: a (latest t0) is evictable once wm >= t0 +
+			// max(size + L, gap) = t0+120s. c's wm t0+119.999s is short of it
+			// (refused); d's, t0+120s, is not.
+			name: "allowed lateness: the courier limit waits for size + L",
+			setup: func(c *engine.Config) {
+				c.AllowedLateness, c.MaxCouriers = 60_000, 1
+			},
+			lines: []string{pos("a", t0, 0, -1), pos("b", t0+149_999, 0, -1), pos("c", t0+150_000, 0, -1), pos("d", t0+150_000, 0, -1)},
+			check: func(t *testing.T, recs []map[string]any, st engine.Stats) {
+				wantRejected(t, recs, 2, "courier_limit")
+				wantRejected(t, recs, 3, "courier_limit")
+				if st.Evicted != 1 || len(ofType(recs, "rejected")) != 2 {
+					t.Errorf("got %d evicted, %d rejected; want d to evict a", st.Evicted, len(ofType(recs, "rejected")))
+				}
+			},
+		},
+		{
+			// restore_ttl = size + L: a is forgotten as its last window
+			// stops being retained, and comes back afresh.
+			name: "allowed lateness: forgotten at restore_ttl = size + L",
+			setup: func(c *engine.Config) {
+				c.AllowedLateness, c.RestoreTTL = 60_000, 120_000
+			},
+			lines: []string{pos("a", t0+10_000, 0, -1), pos("b", t0+160_000, 0, -1), pos("a", t0+170_000, 0.001, -1)},
+			check: func(t *testing.T, recs []map[string]any, st engine.Stats) {
+				if r := find(recs, "distance", "a", "window_start_ms", t0+120_000); r == nil || metres(t, r) != 0 {
+					t.Errorf("got %v, want a's window at t0+120s without a segment from its forgotten past", r)
+				}
+			},
+		},
+	}
+}
+
+// metres is a distance record's distance_m.
+func metres(t *testing.T, r map[string]any) float64 {
+	t.Helper()
+	f, err := r["distance_m"].(json.Number).Float64()
+	if err != nil {
+		t.Fatalf("distance_m of %v: %v", r, err)
+	}
+	return f
 }
 
 // find returns the first record of type typ and courier whose field k
