@@ -20,6 +20,36 @@ const (
 	DefaultTunnelMax      = 6 * time.Minute
 )
 
+// TunnelMode is what happens to a courier's positions in a tunnel.
+type TunnelMode uint8
+
+const (
+	// TunnelSilent: the phone loses GPS and network, and sends nothing
+	// (its session splits).
+	TunnelSilent TunnelMode = iota
+	// TunnelBuffered: the phone keeps its GPS fix and loses the network;
+	// its MQTT client queues the positions and delivers them when the
+	// tunnel ends (each arrives 0.5-3 s after the exit, in order): minutes
+	// late, the case allowed lateness is for.
+	TunnelBuffered
+	// TunnelOnTime: the same positions as TunnelBuffered, each arriving as
+	// if there were no tunnel: what TunnelBuffered is measured against.
+	TunnelOnTime
+)
+
+// ParseTunnelMode reads "silent", "buffered" or "on-time".
+func ParseTunnelMode(s string) (TunnelMode, bool) {
+	switch s {
+	case "silent":
+		return TunnelSilent, true
+	case "buffered":
+		return TunnelBuffered, true
+	case "on-time":
+		return TunnelOnTime, true
+	}
+	return 0, false
+}
+
 // Config describes a simulated fleet. The zero value is a usable demo fleet:
 // New replaces zero fields by their defaults. The generator is a pure
 // function of the Config: the same Config gives the same events.
@@ -61,6 +91,9 @@ type Config struct {
 	// tunnels suit a configuration with a short session gap, such as
 	// edgeproc demo's, where 3.5 min would be a long wait.
 	TunnelMin, TunnelMax time.Duration
+	// Tunnel is what a tunnel does to a courier's positions. Default
+	// TunnelSilent.
+	Tunnel TunnelMode
 	// TunnelFraction is the fraction of couriers that are tunnel-prone
 	// (rounded up, chosen by the seed); the others never enter a tunnel.
 	// Default 0.10; negative = none; 1 = all.

@@ -43,7 +43,10 @@ type courier struct {
 	id     string
 	prone  bool  // may enter tunnels
 	nextTS int64 // event time of the next position, ms
-	lastTS int64 // event time the state was last advanced to, ms
+	// tunnelEnd is when its current tunnel ends (TunnelBuffered and
+	// TunnelOnTime), event time ms; 0 or past: not in one.
+	tunnelStart, tunnelEnd int64
+	lastTS                 int64 // event time the state was last advanced to, ms
 
 	x, y   float64 // true position, metres from the centre
 	parked bool

@@ -67,6 +67,7 @@ type Fleet struct {
 	tunnel float64
 	// tunnelMin and tunnelMax bound a tunnel's silence, ms.
 	tunnelMin, tunnelMax int64
+	reconnect            *rand.Rand // TunnelBuffered's delivery delays
 
 	// observe, when set (tests only), sees each generated position with the
 	// true state of its courier.
@@ -84,12 +85,13 @@ func New(cfg Config) *Fleet {
 	cfg = cfg.withDefaults()
 	seed := uint64(cfg.Seed)
 	f := &Fleet{
-		cfg:      cfg,
-		rnd:      rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		proj:     newProjection(cfg.CenterLat, cfg.CenterLon),
-		end:      math.MaxInt64,
-		couriers: make([]courier, cfg.Couriers),
-		byTS:     make([]int32, 0, cfg.Couriers),
+		cfg:       cfg,
+		rnd:       rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		reconnect: rand.New(rand.NewPCG(seed^0x5851f42d4c957f2d, seed)),
+		proj:      newProjection(cfg.CenterLat, cfg.CenterLon),
+		end:       math.MaxInt64,
+		couriers:  make([]courier, cfg.Couriers),
+		byTS:      make([]int32, 0, cfg.Couriers),
 	}
 	if cfg.Duration > 0 && cfg.Start <= math.MaxInt64-cfg.Duration.Milliseconds() {
 		f.end = cfg.Start + cfg.Duration.Milliseconds()
@@ -186,6 +188,11 @@ func (f *Fleet) generate() {
 	e := Event{Courier: c.id, TS: ts, Accuracy: roundTo(acc, 10)}
 	e.Lat, e.Lon = f.proj.latLon(x, y)
 	e.Arrival = ts + delayMs(r.Float64())
+	if ts < c.tunnelEnd && f.cfg.Tunnel == TunnelBuffered {
+		// Queued on the phone: delivered once it is out, in order. Its own
+		// random source, so that the fleet is the TunnelOnTime one's.
+		e.Arrival = max(e.Arrival, c.tunnelEnd+500+f.reconnect.Int64N(2501)+(ts-c.tunnelStart)/1000)
+	}
 	f.pushEvent(e)
 	if f.observe != nil {
 		f.observe(c, e)
@@ -206,8 +213,13 @@ func (f *Fleet) generate() {
 	}
 
 	gap := f.cfg.Interval.Milliseconds() + r.Int64N(2*f.jitter+1) - f.jitter
-	if c.prone && !c.parked && r.Float64() < f.tunnel {
-		gap = f.tunnelMin + r.Int64N(f.tunnelMax-f.tunnelMin+1)
+	if c.prone && !c.parked && ts >= c.tunnelEnd && r.Float64() < f.tunnel {
+		d := f.tunnelMin + r.Int64N(f.tunnelMax-f.tunnelMin+1)
+		if f.cfg.Tunnel == TunnelSilent {
+			gap = d
+		} else {
+			c.tunnelStart, c.tunnelEnd = ts, ts+d
+		}
 	}
 	c.nextTS = ts + max(gap, 1)
 	f.downTS(0)

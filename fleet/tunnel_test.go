@@ -43,3 +43,37 @@ func TestFleet_TunnelBounds(t *testing.T) {
 		})
 	}
 }
+
+// A buffered tunnel delays positions, it does not change them: the fleet
+// is TunnelOnTime's, position for position, and the positions of a
+// tunnel arrive together after it, minutes late.
+func TestFleet_BufferedTunnelsDeliverTheOnTimePositionsLate(t *testing.T) {
+	cfg := Config{Couriers: 20, Duration: hour, Seed: 7, TunnelFraction: 1, TunnelRate: 6, TunnelMin: time.Minute, TunnelMax: 6 * time.Minute}
+	cfg.Tunnel = TunnelOnTime
+	onTime := positions(mustCollect(t, cfg))
+	cfg.Tunnel = TunnelBuffered
+	buffered := positions(mustCollect(t, cfg))
+	late := 0
+	for id, want := range onTime {
+		got := buffered[id]
+		if len(got) != len(want) {
+			t.Fatalf("%s: %d positions buffered, %d on time", id, len(got), len(want))
+		}
+		for i := range want {
+			g, w := got[i], want[i]
+			if g.TS != w.TS || g.Lat != w.Lat || g.Lon != w.Lon || g.Arrival < w.Arrival {
+				t.Fatalf("%s position %d: buffered %+v, on time %+v", id, i, g, w)
+			}
+			if g.Arrival-g.TS > time.Minute.Milliseconds() {
+				late++
+			}
+			if i > 0 && g.TS-got[i-1].TS > 6000 {
+				t.Errorf("%s: a silence of %d ms; a buffered tunnel keeps the fixes", id, g.TS-got[i-1].TS)
+			}
+		}
+	}
+	if late == 0 {
+		t.Fatalf("no position arrived more than a minute late")
+	}
+	t.Logf("%d positions arrived more than a minute late", late)
+}

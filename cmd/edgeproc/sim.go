@@ -7,6 +7,7 @@ import (
 	"io"
 
 	"github.com/km0/edgeproc/config"
+	"github.com/km0/edgeproc/fleet"
 	"github.com/km0/edgeproc/sim"
 )
 
@@ -34,11 +35,20 @@ bounds the whole run, the connection included. Prints one summary line.`,
 		fs.Float64Var(&o.DuplicateRate, "dup", 0, "probability that a position is sent twice")
 		fs.Float64Var(&o.BadRate, "bad", 0, "probability that a position comes with a malformed payload")
 		fs.StringVar(&o.ClientID, "client-id", "", "MQTT client id (default edgeproc-sim-MARKET-PID)")
+		tunnels := fs.String("tunnels", "silent", "what a tunnel does to a courier's positions: `MODE` silent (none sent), buffered (queued on the phone, delivered on the way out, minutes late) or on-time")
+		fs.Float64Var(&o.Fleet.TunnelFraction, "tunnel-fraction", fleet.DefaultTunnelFraction, "fraction of couriers that ride through tunnels")
+		fs.DurationVar(&o.Fleet.TunnelMin, "tunnel-min", fleet.DefaultTunnelMin, "shortest tunnel")
+		fs.DurationVar(&o.Fleet.TunnelMax, "tunnel-max", fleet.DefaultTunnelMax, "longest tunnel")
 		verbose := fs.Bool("v", false, "log connection events")
 		return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			if o.Market == "" || len(args) > 0 {
 				return usageError{"sim takes --market M"}
 			}
+			mode, ok := fleet.ParseTunnelMode(*tunnels)
+			if !ok {
+				return usageError{fmt.Sprintf("--tunnels %q: want silent, buffered or on-time", *tunnels)}
+			}
+			o.Fleet.Tunnel = mode
 			st, err := sim.Run(ctx, o, verboseLogger(stderr, *verbose))
 			// A run that sent nothing has nothing to summarise: the error
 			// says why.

@@ -6,6 +6,13 @@
 // with the same window of the clean path (filters off).
 //
 //	go run ./cmd/noisebench [-seeds 10] [-hours 2]
+//
+// With -tunnels it measures allowed lateness (issue 22) instead: a fleet
+// whose phones queue their positions in tunnels and deliver them on the
+// way out, against the same fleet delivered on time (-seeds is then the
+// fleet's seed).
+//
+//	go run ./cmd/noisebench -tunnels [-couriers 200] [-hours 2] [-lateness 7m]
 package main
 
 import (
@@ -17,6 +24,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/engine"
@@ -34,7 +42,14 @@ func main() {
 	c := config.Default()
 	flag.Float64Var(&c.Distance.MinMoveM, "min-move", c.Distance.MinMoveM, "distance.min_move_m to measure (default: edgeproc's)")
 	flag.Float64Var(&c.Distance.MaxSpeedKmh, "max-speed", c.Distance.MaxSpeedKmh, "distance.max_speed_kmh to measure (default: edgeproc's)")
+	tunnels := flag.Bool("tunnels", false, "measure allowed lateness instead: a fleet whose phones deliver what they queued in tunnels, against the same fleet on time")
+	couriers := flag.Int("couriers", 200, "with -tunnels: couriers of the fleet")
+	lateness := flag.Duration("lateness", 7*time.Minute, "with -tunnels: windows.allowed_lateness to measure besides 0s")
 	flag.Parse()
+	if *tunnels {
+		runTunnels(os.Stdout, c, *couriers, time.Duration(*hours*float64(time.Hour)), int64(*seeds), *lateness)
+		return
+	}
 	if err := run(os.Stdout, c, *seeds, int64(*hours*3600_000)); err != nil {
 		fmt.Fprintln(os.Stderr, "noisebench:", err)
 		os.Exit(1)

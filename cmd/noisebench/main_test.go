@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/engine"
@@ -85,5 +86,28 @@ func TestMeasure_MeetsIssue9Goals(t *testing.T) {
 	// measures nothing.
 	if raw := rows[0].raw; raw.within == raw.n {
 		t.Errorf("parked, raw haversine: every window within bound")
+	}
+}
+
+// TestTunnels_MeetsIssue22Goals: with allowed lateness covering the
+// outage, the newest firing of every window of a fleet whose phones
+// deliver what they queued in tunnels is the on-time fleet's: exactly
+// with the filters off, within 2 % with the default filters; without it,
+// distance is missed.
+func TestTunnels_MeetsIssue22Goals(t *testing.T) {
+	rows := measureTunnels(defaults(), 40, time.Hour, 3, 7*time.Minute)
+	for _, r := range rows {
+		t.Logf("%s: %d windows, %d equal, %d within 2 %%, %d never fired, %.0f m missed of %.0f m, %d revisions, %d late",
+			r.name, r.windows, r.equal, r.within2, r.missing, r.missedM, r.onTimeM, r.revisions, r.lateDistance)
+	}
+	offLate, offOn, filLate, filOn := rows[0], rows[1], rows[2], rows[3]
+	if offOn.equal != offOn.windows || offOn.windows == 0 || offOn.lateDistance != 0 {
+		t.Errorf("filters off, with lateness: %d of %d windows equal, %d late; want all equal, none late", offOn.equal, offOn.windows, offOn.lateDistance)
+	}
+	if filOn.within2 != filOn.windows {
+		t.Errorf("default filters, with lateness: %d of %d windows within 2 %%, want all", filOn.within2, filOn.windows)
+	}
+	if offLate.missedM <= 0 || filLate.missedM <= 0 || offLate.revisions != 0 {
+		t.Errorf("without lateness: %.0f m and %.0f m missed, %d revisions; want distance missed and no revision", offLate.missedM, filLate.missedM, offLate.revisions)
 	}
 }
