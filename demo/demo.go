@@ -159,6 +159,7 @@ func marketConfig(mqttAddr, httpAddr, stateDir string) (config.Config, error) {
 	c.Windows.Slide = 10 * time.Second
 	c.Windows.Gap = 15 * time.Second
 	c.Windows.ToleratedDelay = 3 * time.Second
+	c.Windows.AllowedLateness = 30 * time.Second // the delay profile's tail revises windows now and then
 	c.Windows.IdleTimeout = 5 * time.Second
 	c.Windows.MaxFutureSkew = time.Minute
 	c.NATS.MaxAge = time.Hour

@@ -1,7 +1,10 @@
 package engine
 
 import (
+	"cmp"
+	"math/rand/v2"
 	"runtime"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -43,9 +46,31 @@ type recording struct {
 }
 
 func fleetRecording(couriers int, d time.Duration) *recording {
+	return recordingOf(fleetEvents(couriers, d, 0))
+}
+
+// fleetEvents is a fleet's events in arrival order, with a fraction late
+// of them delivered 1-4 minutes later than the fleet says (a phone that
+// lost the network, then delivered its queue).
+func fleetEvents(couriers int, d time.Duration, late float64) []fleet.Event {
 	f := fleet.New(fleet.Config{Couriers: couriers, Duration: d, Seed: 1})
-	r := &recording{}
+	rng := rand.New(rand.NewPCG(1, 2))
+	var evs []fleet.Event
 	for e, ok := f.Next(); ok; e, ok = f.Next() {
+		if late > 0 && rng.Float64() < late {
+			e.Arrival += 60_000 + rng.Int64N(180_001)
+		}
+		evs = append(evs, e)
+	}
+	if late > 0 {
+		slices.SortStableFunc(evs, func(a, b fleet.Event) int { return cmp.Compare(a.Arrival, b.Arrival) })
+	}
+	return evs
+}
+
+func recordingOf(evs []fleet.Event) *recording {
+	r := &recording{}
+	for _, e := range evs {
 		off := len(r.bytes)
 		r.bytes = fleet.AppendJSON(r.bytes, e, false)
 		r.msgs = append(r.msgs, struct {
@@ -54,6 +79,35 @@ func fleetRecording(couriers int, d time.Duration) *recording {
 		}{int32(off), int32(len(r.bytes)), e.Arrival})
 	}
 	return r
+}
+
+// BenchmarkEngineLateness is BenchmarkEngine's fleet with 10 % of the
+// positions delivered 1-4 minutes late, under allowed_lateness 0s (they are
+// late records) and 5m (they revise the windows they belong to), 2 shards.
+func BenchmarkEngineLateness(b *testing.B) {
+	rec := recordingOf(fleetEvents(500, 2*time.Hour, 0.10))
+	for _, l := range []time.Duration{0, 5 * time.Minute} {
+		b.Run("allowed_lateness="+l.String(), func(b *testing.B) {
+			cfg := benchConfig(2)
+			cfg.AllowedLateness = l.Milliseconds()
+			n := 0
+			var st Stats
+			cpu0 := cpuTime()
+			for b.Loop() {
+				e := New(cfg, func([]result.Record) {})
+				for _, m := range rec.msgs {
+					e.Push(&Input{Payload: rec.bytes[m.off:m.end], Arrival: m.arrival, HasArrival: true})
+				}
+				e.EndOfInput()
+				st = e.Stats()
+				n += len(rec.msgs)
+			}
+			b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "positions/s")
+			b.ReportMetric(float64(n)/(cpuTime()-cpu0).Seconds(), "positions/cpu-s")
+			b.ReportMetric(float64(st.LateDistance)/float64(len(rec.msgs)), "late/position")
+			b.ReportMetric(float64(st.Revisions)/float64(len(rec.msgs)), "revisions/position")
+		})
+	}
 }
 
 // BenchmarkEngine measures the engine alone (decode, watermark, shards,
@@ -94,28 +148,44 @@ func cpuTime() time.Duration {
 // BenchmarkStatePerCourier reports the heap the engine retains per active
 // courier in steady state: 20 000 couriers sending every ~5 s, measured
 // after 10 minutes of event time, when every window and session is full.
+//
+// Under allowed_lateness 5m a courier keeps its fixes for size + 5m: the
+// state and the checkpoint alongside.
 func BenchmarkStatePerCourier(b *testing.B) {
 	const couriers = 20_000
-	ins := fleetInputs(couriers, 10*time.Minute)
-	for b.Loop() {
-		runtime.GC()
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		e := New(benchConfig(2), func([]result.Record) {})
-		for i := range ins {
-			e.Push(&ins[i])
-		}
-		e.Sync()
-		runtime.GC()
-		runtime.ReadMemStats(&after)
-		active := e.Stats().Couriers
-		e.EndOfInput()
-		var closed runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&closed)
-		// What the engine frees when its couriers go is their state.
-		b.ReportMetric(float64(after.HeapAlloc-closed.HeapAlloc)/float64(active), "B/courier")
-		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(active), "B/courier+engine")
-		runtime.KeepAlive(ins)
+	ins := fleetInputs(couriers, 15*time.Minute)
+	for _, l := range []time.Duration{0, 5 * time.Minute} {
+		b.Run("allowed_lateness="+l.String(), func(b *testing.B) {
+			cfg := benchConfig(2)
+			cfg.AllowedLateness = l.Milliseconds()
+			for b.Loop() {
+				runtime.GC()
+				var before, after runtime.MemStats
+				runtime.ReadMemStats(&before)
+				e := New(cfg, func([]result.Record) {})
+				for i := range ins {
+					e.Push(&ins[i])
+				}
+				e.Sync()
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				active := e.Stats().Couriers
+				size := 0
+				e.Checkpoint(0, func(parts [][]byte) {
+					for _, p := range parts {
+						size += len(p)
+					}
+				})
+				e.EndOfInput()
+				var closed runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&closed)
+				// What the engine frees when its couriers go is their state.
+				b.ReportMetric(float64(after.HeapAlloc-closed.HeapAlloc)/float64(active), "B/courier")
+				b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(active), "B/courier+engine")
+				b.ReportMetric(float64(size)/float64(active), "checkpoint-B/courier")
+				runtime.KeepAlive(ins)
+			}
+		})
 	}
 }
