@@ -99,6 +99,42 @@ func TestRun_KappaLiveEqualsReplay(t *testing.T) {
 	compareResults(t, streamResults(t, ns.URL(), girona.NATS.Stream), expectedResults(t, girona, inputs))
 }
 
+// TestRun_RevisionsLiveEqualReplay is the Kappa proof under allowed
+// lateness: a fleet from the past (event time before the clock, so the
+// watermark follows the positions), some of them delivered late by the
+// delay profile, published through Mosquitto, gives in the stream exactly
+// the replay's results, revisions included.
+func TestRun_RevisionsLiveEqualReplay(t *testing.T) {
+	mosq := testenv.StartMosquitto(t)
+	ns := testenv.StartNATS(t)
+	cfg := mustConfig(t, "girona", mosq.URL(), ns.URL())
+	cfg.Windows.AllowedLateness = 2 * time.Minute
+	rec := newRecorder()
+	svc := startService(t, []config.Config{cfg}, service.Deps{Log: testLog(t), Record: rec.record})
+	msgs := testenv.FleetMessages("girona", 30, 12*time.Minute, 5, time.Now().Add(-13*time.Minute))
+	pub := mosq.Publisher(t, "revisions-pub")
+	waitReady(t, svc, 20*time.Second)
+	published := map[string]bool{}
+	for _, m := range msgs {
+		pub.MustPublish(t, m.Topic, m.Payload)
+		published[string(m.Payload)] = true
+	}
+	rec.waitSeen(t, published, 60*time.Second)
+	svc.stop(t, 15*time.Second)
+	want := expectedResults(t, cfg, rec.inputs["girona"])
+	revisions := 0
+	for k := range want {
+		if strings.HasPrefix(k, "distance|") && strings.Count(k, "|") == 4 {
+			revisions++
+		}
+	}
+	if revisions == 0 {
+		t.Fatalf("the replay has no revision: the test proves nothing about them")
+	}
+	t.Logf("%d revisions in the replay", revisions)
+	compareResults(t, streamResults(t, ns.URL(), cfg.NATS.Stream), want)
+}
+
 // TestRun_BrokerRestartLosesNothing restarts Mosquitto in the middle of the
 // run: the persistent session resumes, every published position reaches
 // the engine, and the results still equal the replay's.
