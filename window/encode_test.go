@@ -42,7 +42,7 @@ func TestDistance_StateRoundTrip(t *testing.T) {
 				t.Fatalf("seed %d step %d: %v", seed, i, err)
 			}
 			want := d
-			want.segs, want.marks = nil, nil // caches: not checkpointed
+			want.segs, want.marks, want.dense = nil, nil, false // caches: not checkpointed
 			if !reflect.DeepEqual(got, want) {
 				t.Fatalf("seed %d step %d: restored\n%+v\nwant\n%+v", seed, i, got, want)
 			}

@@ -160,10 +160,14 @@ type Distance struct {
 	fixes []geo.Fix // by timestamp; fixes that can still change an unfired window
 	// segs[i] is the segment fixes[i] adds. A slice of its own rather than
 	// a field of each fix: a replay whose filter state has converged only
-	// re-adds segments, and reads 8 bytes a fix instead of 40. A cache, as
-	// the marks are: a checkpoint does not keep it, and until the first
-	// Insert after a restore (the first call given the filter) it is nil.
+	// re-adds segments, and reads 8 bytes a fix instead of 40. It is only
+	// read from a mark on (see resum), so it is kept, like the marks, only
+	// for a dense courier: one with a pane of markEvery fixes or more
+	// (rebuild makes it so). A sparse one (a fix every few seconds) has
+	// neither: 8 bytes a fix, a fifth of its retained memory. Both are a
+	// cache: a checkpoint keeps neither.
 	segs  []float64
+	dense bool             // segs and marks are kept
 	base  geo.Track        // the filter's state after the fixes dropped from fixes
 	panes []pane           // by idx; one per pane holding a retained fix
 	marks []mark           // by ts; in panes of markEvery fixes or more
@@ -207,9 +211,6 @@ func (d *Distance) Idle() bool { return len(d.panes) == 0 }
 // must fit in an int64 (the contract's timestamps end in year 9999), so
 // that every window holding it has a real end.
 func (d *Distance) Insert(s Spec, f geo.Filter, x geo.Fix) {
-	if len(d.segs) != len(d.fixes) { // restored from a checkpoint
-		d.rebuild(f)
-	}
 	i := d.search(x.TS)
 	n := len(d.fixes)
 	if n == cap(d.fixes) {
@@ -223,14 +224,21 @@ func (d *Distance) Insert(s Spec, f geo.Filter, x geo.Fix) {
 		grown := make([]geo.Fix, n, c)
 		copy(grown, d.fixes)
 		d.fixes = grown
-		segs := make([]float64, n, c)
-		copy(segs, d.segs)
-		d.segs = segs
+		if d.dense {
+			segs := make([]float64, n, c)
+			copy(segs, d.segs)
+			d.segs = segs
+		}
 	}
-	d.fixes, d.segs = d.fixes[:n+1], d.segs[:n+1]
+	d.fixes = d.fixes[:n+1]
 	if i < n { // an empty copy still calls memmove
 		copy(d.fixes[i+1:], d.fixes[i:n])
-		copy(d.segs[i+1:], d.segs[i:n]) // segs[i] is x's: the replay sets it
+	}
+	if d.dense {
+		d.segs = d.segs[:n+1]
+		if i < n {
+			copy(d.segs[i+1:], d.segs[i:n]) // segs[i] is x's: the replay sets it
+		}
 	}
 	d.fixes[i] = x
 	p := d.paneOf(s.paneIdx(x.TS))
@@ -241,20 +249,32 @@ func (d *Distance) Insert(s Spec, f geo.Filter, x geo.Fix) {
 			pn.end = d.stateBefore(p)
 		}
 		seg := f.Step(&pn.end, x)
-		d.segs[n] = seg
 		pn.sum += seg
-		if pn.n-d.lastMark(s, pn.idx) >= markEvery {
-			d.marks = append(d.marks, mark{ts: x.TS, k: pn.n, sum: pn.sum, st: pn.end})
+		switch {
+		case !d.dense:
+			if pn.n >= markEvery {
+				d.rebuild(f)
+			}
+		default:
+			d.segs[n] = seg
+			if pn.n-d.lastMark(s, pn.idx) >= markEvery {
+				d.marks = append(d.marks, mark{ts: x.TS, k: pn.n, sum: pn.sum, st: pn.end})
+			}
 		}
 		return
 	}
 	d.replay(s, f, p, x.TS)
+	if !d.dense && d.panes[p].n >= markEvery {
+		d.rebuild(f)
+	}
 }
 
-// rebuild recomputes the segments and the marks, which a checkpoint does
-// not keep, stepping each pane from the state before it: the same steps
-// that gave the panes' sums, so they come out as before the checkpoint.
+// rebuild makes d dense: it computes the segments and the marks (which a
+// checkpoint does not keep, and a sparse courier has not), stepping each
+// pane from the state before it: the same steps that gave the panes'
+// sums.
 func (d *Distance) rebuild(f geo.Filter) {
+	d.dense = true
 	d.segs = make([]float64, len(d.fixes), cap(d.fixes))
 	d.marks = nil
 	sp := f.Stepper()
@@ -326,7 +346,9 @@ func (d *Distance) replay(s Spec, f geo.Filter, p int, ts int64) {
 			next = d.nextMark(s, w, d.panes[q].idx, shift)
 		}
 		seg := sp.Step(&st, x)
-		d.segs[i] = seg
+		if d.dense {
+			d.segs[i] = seg
+		}
 		sum += seg
 		k++
 		switch {
@@ -339,7 +361,7 @@ func (d *Distance) replay(s Spec, f geo.Filter, p int, ts int64) {
 			w++
 			lastK = k
 			next = d.nextMark(s, w, d.panes[q].idx, shift)
-		case k-lastK >= markEvery && next-lastK > 2*markEvery:
+		case d.dense && k-lastK >= markEvery && next-lastK > 2*markEvery:
 			// Inserts have widened the gap to the next mark, or after the
 			// pane's last one, past 2*markEvery: split it where both parts
 			// keep at least markEvery.
@@ -392,6 +414,12 @@ func (d *Distance) paneOf(idx int64) int {
 		if d.panes[j].idx == idx {
 			return j
 		}
+	}
+	if n == cap(d.panes) {
+		// Grow by a quarter, not double: a courier's panes number about
+		// (size + allowed lateness) / pane, steady once it is, and a pane
+		// is 96 bytes.
+		d.panes = slices.Grow(d.panes, max(2, n/4))
 	}
 	d.panes = append(d.panes, pane{})
 	copy(d.panes[j+1:], d.panes[j:n])
@@ -549,11 +577,11 @@ func (d *Distance) evict(s Spec, lb int64) {
 	d.base = d.panes[j-1].end
 	if k == len(d.fixes) {
 		// An idle courier keeps only the filter's state.
-		d.fixes, d.segs, d.panes, d.marks, d.kept = nil, nil, nil, nil, nil
+		d.fixes, d.segs, d.panes, d.marks, d.kept, d.dense = nil, nil, nil, nil, nil, false
 		return
 	}
 	d.fixes = d.fixes[:copy(d.fixes, d.fixes[k:])]
-	if d.segs != nil { // else not rebuilt since a restore
+	if d.dense {
 		d.segs = d.segs[:copy(d.segs, d.segs[k:])]
 	}
 	d.panes = d.panes[:copy(d.panes, d.panes[j:])]
