@@ -201,16 +201,27 @@ func TestRestore_RefusesForeignSnapshots(t *testing.T) {
 	}
 }
 
-// FuzzRestore: no snapshot, however damaged, makes Restore panic.
+// FuzzRestore: no snapshot, however damaged, makes Restore panic, under
+// either configuration: without allowed lateness (version 2 snapshots
+// restore there too) and with it (retained windows in the state).
 func FuzzRestore(f *testing.F) {
 	cfg := benchConfig(1)
-	snap := snapshotOf(&testing.T{}, cfg, smallFleet(3)[:300])
+	late := cfg
+	late.AllowedLateness = 120_000
+	ins := smallFleet(3)[:1500]
+	snap := snapshotOf(&testing.T{}, cfg, ins[:300])
 	f.Add(snap)
 	f.Add(snap[:len(snap)/2])
+	f.Add(snapshotOf(&testing.T{}, late, ins))
+	if v2, err := os.ReadFile("testdata/snapshot-v2.bin"); err == nil {
+		f.Add(v2)
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		e, _, err := Restore(cfg, func([]result.Record) {}, b)
-		if err == nil {
-			e.Stop()
+		for _, c := range []Config{cfg, late} {
+			e, _, err := Restore(c, func([]result.Record) {}, b)
+			if err == nil {
+				e.Stop()
+			}
 		}
 	})
 }
