@@ -1,10 +1,7 @@
 package engine
 
 import (
-	"cmp"
-	"math/rand/v2"
 	"runtime"
-	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -46,31 +43,13 @@ type recording struct {
 }
 
 func fleetRecording(couriers int, d time.Duration) *recording {
-	return recordingOf(fleetEvents(couriers, d, 0))
+	return recordingOf(fleet.Config{Couriers: couriers, Duration: d, Seed: 1})
 }
 
-// fleetEvents is a fleet's events in arrival order, with a fraction late
-// of them delivered 1-4 minutes later than the fleet says (a phone that
-// lost the network, then delivered its queue).
-func fleetEvents(couriers int, d time.Duration, late float64) []fleet.Event {
-	f := fleet.New(fleet.Config{Couriers: couriers, Duration: d, Seed: 1})
-	rng := rand.New(rand.NewPCG(1, 2))
-	var evs []fleet.Event
-	for e, ok := f.Next(); ok; e, ok = f.Next() {
-		if late > 0 && rng.Float64() < late {
-			e.Arrival += 60_000 + rng.Int64N(180_001)
-		}
-		evs = append(evs, e)
-	}
-	if late > 0 {
-		slices.SortStableFunc(evs, func(a, b fleet.Event) int { return cmp.Compare(a.Arrival, b.Arrival) })
-	}
-	return evs
-}
-
-func recordingOf(evs []fleet.Event) *recording {
+func recordingOf(cfg fleet.Config) *recording {
+	f := fleet.New(cfg)
 	r := &recording{}
-	for _, e := range evs {
+	for e, ok := f.Next(); ok; e, ok = f.Next() {
 		off := len(r.bytes)
 		r.bytes = fleet.AppendJSON(r.bytes, e, false)
 		r.msgs = append(r.msgs, struct {
@@ -85,7 +64,7 @@ func recordingOf(evs []fleet.Event) *recording {
 // positions delivered 1-4 minutes late, under allowed_lateness 0s (they are
 // late records) and 5m (they revise the windows they belong to), 2 shards.
 func BenchmarkEngineLateness(b *testing.B) {
-	rec := recordingOf(fleetEvents(500, 2*time.Hour, 0.10))
+	rec := recordingOf(fleet.Config{Couriers: 500, Duration: 2 * time.Hour, Seed: 1, LateRate: 0.10})
 	for _, l := range []time.Duration{0, 5 * time.Minute} {
 		b.Run("allowed_lateness="+l.String(), func(b *testing.B) {
 			cfg := benchConfig(2)

@@ -98,6 +98,11 @@ type Config struct {
 	// (rounded up, chosen by the seed); the others never enter a tunnel.
 	// Default 0.10; negative = none; 1 = all.
 	TunnelFraction float64
+	// LateRate is the probability that a position is delivered 1–4 minutes
+	// after the delay profile says (a phone that lost the network for a
+	// while, then delivered its queue): late data for allowed lateness.
+	// Default 0.
+	LateRate float64
 	// DuplicateRate is the probability that a position is delivered a
 	// second time (QoS 1 redelivery) 0.2–5 s after the first. Default 0.
 	DuplicateRate float64
@@ -144,6 +149,7 @@ func (c Config) withDefaults() Config {
 	}
 	c.TunnelMax = max(c.TunnelMax, c.TunnelMin)
 	c.DuplicateRate = clamp(finiteOr(c.DuplicateRate, 0), 0, 1)
+	c.LateRate = clamp(finiteOr(c.LateRate, 0), 0, 1)
 	c.BadRate = clamp(finiteOr(c.BadRate, 0), 0, 1)
 	c.Market = sanitizeMarket(c.Market)
 	return c

@@ -67,7 +67,7 @@ type Fleet struct {
 	tunnel float64
 	// tunnelMin and tunnelMax bound a tunnel's silence, ms.
 	tunnelMin, tunnelMax int64
-	reconnect            *rand.Rand // TunnelBuffered's delivery delays
+	reconnect            *rand.Rand // TunnelBuffered's and LateRate's delivery delays
 
 	// observe, when set (tests only), sees each generated position with the
 	// true state of its courier.
@@ -192,6 +192,9 @@ func (f *Fleet) generate() {
 		// Queued on the phone: delivered once it is out, in order. Its own
 		// random source, so that the fleet is the TunnelOnTime one's.
 		e.Arrival = max(e.Arrival, c.tunnelEnd+500+f.reconnect.Int64N(2501)+(ts-c.tunnelStart)/1000)
+	}
+	if f.cfg.LateRate > 0 && f.reconnect.Float64() < f.cfg.LateRate {
+		e.Arrival += 60_000 + f.reconnect.Int64N(180_001)
 	}
 	f.pushEvent(e)
 	if f.observe != nil {

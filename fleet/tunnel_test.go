@@ -77,3 +77,34 @@ func TestFleet_BufferedTunnelsDeliverTheOnTimePositionsLate(t *testing.T) {
 	}
 	t.Logf("%d positions arrived more than a minute late", late)
 }
+
+// LateRate delays a fraction of the positions by 1-4 minutes and changes
+// nothing else.
+func TestFleet_LateRateDelaysAFractionOfThePositions(t *testing.T) {
+	cfg := Config{Couriers: 50, Duration: hour, Seed: 3}
+	onTime := positions(mustCollect(t, cfg))
+	cfg.LateRate = 0.10
+	late, total := 0, 0
+	for id, got := range positions(mustCollect(t, cfg)) {
+		want := onTime[id]
+		if len(got) != len(want) {
+			t.Fatalf("%s: %d positions, want %d", id, len(got), len(want))
+		}
+		for i := range want {
+			g, w := got[i], want[i]
+			if g.TS != w.TS || g.Lat != w.Lat || g.Lon != w.Lon {
+				t.Fatalf("%s position %d: %+v, want %+v", id, i, g, w)
+			}
+			total++
+			if d := g.Arrival - w.Arrival; d != 0 {
+				late++
+				if d < 60_000 || d > 240_000 {
+					t.Fatalf("%s position %d delivered %d ms later, want 1-4 min", id, i, d)
+				}
+			}
+		}
+	}
+	if f := float64(late) / float64(total); f < 0.09 || f > 0.11 {
+		t.Fatalf("%d of %d positions late (%.3f), want about 0.10", late, total, f)
+	}
+}

@@ -95,15 +95,30 @@ type Window struct {
 	// Revision is 0 for the window's first firing and n for its n-th
 	// re-firing (allowed lateness).
 	Revision int
+	// Memo, under allowed lateness, is the caller's note kept with the
+	// window while it is retained, from one firing to the next; nil
+	// without lateness. Valid during the call only.
+	Memo *Memo
 }
 
-// retained is a fired window that late fixes can still change (its end +
-// Lateness is after the watermark), as it last fired.
+// Memo is what a caller keeps with a retained window between its firings:
+// the engine keeps the H3 cell of the window's last fix there (Value),
+// with that fix's timestamp (TS), so that a revision that did not change
+// the window's last fix does not look the cell up again. A cache: a
+// checkpoint does not keep it.
+type Memo struct {
+	TS    int64
+	Value uint64
+}
+
+// retainedWindow is a fired window that late fixes can still change (its
+// end + Lateness is after the watermark), as it last fired.
 type retainedWindow struct {
 	end  int64
 	dist float64
 	n    int32
 	rev  int32
+	memo Memo
 }
 
 // Sparse reports whether the window's fixes span less than half of it: too
@@ -490,6 +505,7 @@ func (d *Distance) fire(s Spec, wm int64, fire func(Window)) {
 		w := d.window(s, lo, e)
 		if s.Lateness > 0 {
 			d.kept = append(d.kept, retainedWindow{end: e, dist: w.DistanceM, n: int32(w.Positions)})
+			w.Memo = &d.kept[len(d.kept)-1].memo
 		}
 		fire(w)
 		if e > tmath.Forever-s.Slide {
@@ -543,12 +559,13 @@ func (d *Distance) Revise(s Spec, ts int64, fire func(Window)) {
 			switch {
 			case k == len(d.kept) || d.kept[k].end != e:
 				d.kept = slices.Insert(d.kept, k, retainedWindow{end: e, dist: w.DistanceM, n: int32(w.Positions)})
+				w.Memo = &d.kept[k].memo
 				fire(w)
 			case d.kept[k].dist != w.DistanceM || int(d.kept[k].n) != w.Positions:
 				r := &d.kept[k]
 				r.rev++
 				r.dist, r.n = w.DistanceM, int32(w.Positions)
-				w.Revision = int(r.rev)
+				w.Revision, w.Memo = int(r.rev), &r.memo
 				fire(w)
 			}
 		}

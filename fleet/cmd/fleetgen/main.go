@@ -40,6 +40,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.Market, "market", "", "optional prefix of courier ids")
 	fs.Float64Var(&cfg.TunnelRate, "tunnel-rate", fleet.DefaultTunnelRate, "tunnels per hour of driving of a tunnel-prone courier (negative: none)")
 	fs.Float64Var(&cfg.DuplicateRate, "dup", 0, "probability that a position is delivered twice")
+	fs.Float64Var(&cfg.LateRate, "late", 0, "probability that a position is delivered 1-4 min late")
 	fs.Float64Var(&cfg.BadRate, "bad", 0, "probability of an extra malformed payload per position")
 	fs.StringVar(&out, "out", "-", "output file, - for stdout")
 	if err := fs.Parse(args); err != nil {
