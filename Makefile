@@ -1,5 +1,5 @@
 # The README's commands, for convenience.
-.PHONY: build test bench demo fuzz
+.PHONY: build test bench demo fuzz chaos
 build:
 	go build -o edgeproc ./cmd/edgeproc
 test:
@@ -8,3 +8,7 @@ bench:
 	./scripts/bench.sh
 demo: build
 	./edgeproc demo
+# A seeded fault schedule (crashtest.TestChaos_SeededSchedule): make chaos
+# SEED=42 DURATION=10m; without SEED one is drawn and printed.
+chaos:
+	CHAOS_SEED=$(SEED) CHAOS_DURATION=$(DURATION) go test -count=1 -timeout 0 -run '^TestChaos_SeededSchedule$$' -v ./crashtest

@@ -250,17 +250,17 @@ func streamCount(tb testing.TB, url, stream string) uint64 {
 	return st.CachedInfo().State.Msgs
 }
 
-// publishFleet publishes msgs in order, paced over publishFor, as phones
-// would: when the broker is away it reconnects and sends again until the
-// broker has acknowledged each message.
-func publishFleet(addr string, msgs []testenv.Message, done chan<- error) {
+// publishFleet publishes msgs in order, paced over d, as phones would:
+// when the broker is away it reconnects and sends again until the broker
+// has acknowledged each message.
+func publishFleet(addr string, msgs []testenv.Message, d time.Duration, done chan<- error) {
 	pub, err := testenv.DialPublisher(addr, "crash-pub")
 	if err != nil {
 		done <- err
 		return
 	}
 	defer func() { pub.Close() }()
-	pace := publishFor / time.Duration(len(msgs))
+	pace := d / time.Duration(len(msgs))
 	next := time.Now()
 	for _, m := range msgs {
 		deadline := time.Now().Add(2 * time.Minute)
@@ -332,7 +332,7 @@ func TestKill9_ResultsEqualUninterruptedRun(t *testing.T) {
 	waitReady(t, cfg.HTTP.Listen, 30*time.Second)
 
 	pubDone := make(chan error, 1)
-	go publishFleet(mosq.Addr(), msgs, pubDone)
+	go publishFleet(mosq.Addr(), msgs, publishFor, pubDone)
 
 	// Killer: random kills until publishing ends, with the special cases
 	// at fixed places in the sequence.
@@ -402,6 +402,15 @@ func TestKill9_ResultsEqualUninterruptedRun(t *testing.T) {
 	t.Logf("%d kills (%d right after a checkpoint write, %d with NATS down, %d for %v), %d broker stops for %v, %d edgeproc runs",
 		kills, ckptKills, natsKills, longKills, outage, brokerStops, outage, sup.runs)
 
+	settleAndCompare(t, sup, ns.URL(), cfg, wantByKey, wantRejected)
+}
+
+// settleAndCompare waits until edgeproc is idle, stops it gracefully and
+// requires the stream to hold exactly the reference run's results: once
+// per key, each with the key as its message id, none with end_of_input.
+func settleAndCompare(t *testing.T, sup *supervisor, natsURL string, cfg config.Config, wantByKey map[string]string, wantRejected map[string]bool) {
+	t.Helper()
+	idle := cfg.Windows.IdleTimeout
 	// Wait until edgeproc is idle: the stream holds at least every expected
 	// key and has stopped growing (or, if something is lost, stopped
 	// growing for longer: the comparison then says what). The idle rule
@@ -413,7 +422,7 @@ func TestKill9_ResultsEqualUninterruptedRun(t *testing.T) {
 	stable := 0
 	for stable < int(settle/time.Second) && !(stable >= 3 && last >= minMsgs) && time.Now().Before(deadline) {
 		time.Sleep(time.Second)
-		n := streamCount(t, ns.URL(), cfg.NATS.Stream)
+		n := streamCount(t, natsURL, cfg.NATS.Stream)
 		if n == last {
 			stable++
 		} else {
@@ -425,7 +434,7 @@ func TestKill9_ResultsEqualUninterruptedRun(t *testing.T) {
 	sup.stop()
 
 	gotByKey, gotRejected := map[string]string{}, map[string]bool{}
-	for _, m := range testenv.ReadStream(t, ns.URL(), cfg.NATS.Stream) {
+	for _, m := range testenv.ReadStream(t, natsURL, cfg.NATS.Stream) {
 		var r rec
 		if err := json.Unmarshal(m.Data, &r); err != nil {
 			t.Fatalf("stream message %q: %v", m.Data, err)

@@ -45,6 +45,9 @@ systemd-analyze verify "$unit/edgeproc.service"
 # own Mosquitto (if any) is left alone, never stopped or reconfigured.
 
 go vet ./...
+# The chaos test's 2-minute fault schedule (crashtest): a fixed seed here,
+# so that a run is reproducible; `make chaos SEED=… DURATION=10m` explores.
+export CHAOS_SEED=${CHAOS_SEED:-1} CHAOS_DURATION=${CHAOS_DURATION:-2m}
 # A CI log may keep only its tail: on failure, end with what failed.
 log="$unit/test.log"
 if ! go test -race -count=1 -timeout 20m ./... 2>&1 | tee "$log"; then
