@@ -109,14 +109,7 @@ func TestChaos_SeededSchedule(t *testing.T) {
 	wantByKey, wantRejected := expected(t, cfg, msgs)
 	t.Logf("fleet: %d messages; reference run: %d keyed results, %d rejected inputs", len(msgs), len(wantByKey), len(wantRejected))
 
-	sup := &supervisor{tb: t, bin: bin, conf: confPath, ckpt: make(chan struct{}, 1)}
-	defer func() {
-		if t.Failed() {
-			sup.dumpLogs()
-		}
-	}()
-	sup.start()
-	waitReady(t, cfg.HTTP.Listen, 30*time.Second)
+	sup := supervise(t, bin, confPath, cfg.HTTP.Listen)
 	pubDone := make(chan error, 1)
 	start := time.Now()
 	go publishFleet(mosq.Addr(), msgs, d, pubDone)

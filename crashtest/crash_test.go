@@ -146,6 +146,21 @@ func (s *supervisor) start() {
 	s.cur = p
 }
 
+// supervise starts edgeproc on conf and waits until it is ready; its logs
+// are shown if the test fails.
+func supervise(t *testing.T, bin, conf, listen string) *supervisor {
+	t.Helper()
+	sup := &supervisor{tb: t, bin: bin, conf: conf, ckpt: make(chan struct{}, 1)}
+	t.Cleanup(func() {
+		if t.Failed() {
+			sup.dumpLogs()
+		}
+	})
+	sup.start()
+	waitReady(t, listen, 30*time.Second)
+	return sup
+}
+
 // kill sends SIGKILL and waits for the process to be gone.
 func (s *supervisor) kill() {
 	s.tb.Helper()
@@ -311,25 +326,13 @@ func TestKill9_ResultsEqualUninterruptedRun(t *testing.T) {
 	msgs := testenv.FleetMessages(market, couriers, 8*time.Minute, 42, time.Now().Add(-8*time.Minute))
 	wantByKey, wantRejected := expected(t, cfg, msgs)
 	t.Logf("fleet: %d messages; reference run: %d keyed results, %d rejected inputs", len(msgs), len(wantByKey), len(wantRejected))
-	revisions := 0
-	for k := range wantByKey {
-		if strings.Count(k, "|") == 4 && strings.HasPrefix(k, "distance|") {
-			revisions++
-		}
-	}
+	revisions := testenv.Revisions(wantByKey)
 	t.Logf("reference run: %d revisions (allowed_lateness %v)", revisions, cfg.Windows.AllowedLateness)
 	if len(wantByKey) == 0 || len(wantRejected) == 0 || revisions == 0 {
 		t.Fatalf("the reference run emitted too little to prove anything")
 	}
 
-	sup := &supervisor{tb: t, bin: bin, conf: confPath, ckpt: make(chan struct{}, 1)}
-	defer func() {
-		if t.Failed() {
-			sup.dumpLogs()
-		}
-	}()
-	sup.start()
-	waitReady(t, cfg.HTTP.Listen, 30*time.Second)
+	sup := supervise(t, bin, confPath, cfg.HTTP.Listen)
 
 	pubDone := make(chan error, 1)
 	go publishFleet(mosq.Addr(), msgs, publishFor, pubDone)

@@ -1,7 +1,6 @@
 package partition
 
 import (
-	"strings"
 	"testing"
 	"time"
 
@@ -38,13 +37,7 @@ func TestPartitions_RevisionsEqualReplay(t *testing.T) {
 	}
 	a.Stop()
 	b.Stop()
-	want := reference(t, ns.URL(), cfg)
-	revisions := 0
-	for k := range want {
-		if strings.HasPrefix(k, "distance|") && strings.Count(k, "|") == 4 {
-			revisions++
-		}
-	}
+	revisions := testenv.Revisions(reference(t, ns.URL(), cfg))
 	if revisions == 0 {
 		t.Fatal("the replay has no revision: the test proves nothing about them")
 	}

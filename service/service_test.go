@@ -122,12 +122,7 @@ func TestRun_RevisionsLiveEqualReplay(t *testing.T) {
 	rec.waitSeen(t, published, 60*time.Second)
 	svc.stop(t, 15*time.Second)
 	want := expectedResults(t, cfg, rec.inputs["girona"])
-	revisions := 0
-	for k := range want {
-		if strings.HasPrefix(k, "distance|") && strings.Count(k, "|") == 4 {
-			revisions++
-		}
-	}
+	revisions := testenv.Revisions(want)
 	if revisions == 0 {
 		t.Fatalf("the replay has no revision: the test proves nothing about them")
 	}

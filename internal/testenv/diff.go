@@ -3,6 +3,7 @@ package testenv
 import (
 	"fmt"
 	"sort"
+	"strings"
 )
 
 // DiffResults compares results by key (key → JSON bytes) and describes
@@ -26,4 +27,17 @@ func DiffResults(got, want map[string]string, wantName string) []string {
 	}
 	sort.Strings(diffs)
 	return diffs
+}
+
+// Revisions counts the distance revisions among results by key (contract
+// §3, Allowed lateness: the key distance|MARKET|COURIER|start|n), for a
+// test that must see some before it can prove anything about them.
+func Revisions(byKey map[string]string) int {
+	n := 0
+	for k := range byKey {
+		if strings.HasPrefix(k, "distance|") && strings.Count(k, "|") == 4 {
+			n++
+		}
+	}
+	return n
 }
