@@ -2,49 +2,16 @@ package crashtest
 
 import (
 	"errors"
-	"fmt"
 	"math/rand"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/km0/edgeproc/internal/testenv"
 )
-
-// chaosDuration is how long TestChaos_SeededSchedule publishes and draws
-// faults: CHAOS_DURATION (a Go duration), default 2 minutes.
-func chaosDuration() time.Duration {
-	if d, err := time.ParseDuration(os.Getenv("CHAOS_DURATION")); err == nil && d > 0 {
-		return d
-	}
-	return 2 * time.Minute
-}
-
-// chaosSeed is CHAOS_SEED, or one drawn from the clock (the test prints
-// it: the same seed replays the same schedule).
-func chaosSeed() int64 {
-	if s, err := strconv.ParseInt(os.Getenv("CHAOS_SEED"), 10, 64); err == nil {
-		return s
-	}
-	return time.Now().UnixNano() % 1_000_000
-}
-
-// fault is one drawn fault: its kind, when it starts (from the start of
-// publishing) and how long it lasts.
-type fault struct {
-	kind  string
-	at    time.Duration
-	lasts time.Duration
-}
-
-func (f fault) String() string {
-	return fmt.Sprintf("%v %s for %v", f.at.Round(100*time.Millisecond), f.kind, f.lasts.Round(100*time.Millisecond))
-}
 
 // faultKinds are the faults the schedule draws from: edgeproc killed (at
 // a random moment, again while it recovers, right after a checkpoint),
@@ -55,29 +22,6 @@ func (f fault) String() string {
 // would have to know what).
 var faultKinds = []string{"kill", "kill-in-recovery", "kill-after-checkpoint", "pause", "broker-restart", "nats-restart", "disk-full"}
 
-// schedule draws faults at random times over d, one at a time: each
-// starts 1-5 s after the previous one ended. A kill keeps edgeproc down
-// up to 3 s; the others last 1-10 s, one in four up to longest (longer
-// than gap + tolerated_delay and the idle timeout, so that a fault taken
-// for silence would show).
-func schedule(rng *rand.Rand, d, longest time.Duration) []fault {
-	var out []fault
-	for at := time.Duration(2+rng.Intn(4)) * time.Second; at < d; {
-		f := fault{kind: faultKinds[rng.Intn(len(faultKinds))], at: at}
-		switch {
-		case strings.HasPrefix(f.kind, "kill"):
-			f.lasts = time.Duration(rng.Int63n(int64(3 * time.Second)))
-		case rng.Intn(4) == 0:
-			f.lasts = longest/2 + time.Duration(rng.Int63n(int64(longest/2)))
-		default:
-			f.lasts = time.Second + time.Duration(rng.Int63n(int64(9*time.Second)))
-		}
-		out = append(out, f)
-		at += f.lasts + time.Duration(1+rng.Intn(5))*time.Second
-	}
-	return out
-}
-
 // TestChaos_SeededSchedule publishes a fleet to Mosquitto for
 // CHAOS_DURATION while faults drawn from CHAOS_SEED's schedule hit
 // edgeproc, the broker, NATS and the state disk, one after another. At the
@@ -87,7 +31,7 @@ func schedule(rng *rand.Rand, d, longest time.Duration) []fault {
 // no_signal for a courier that kept publishing (it would be a key the run
 // does not have). `make chaos SEED=… DURATION=10m` runs a long one.
 func TestChaos_SeededSchedule(t *testing.T) {
-	seed, d := chaosSeed(), chaosDuration()
+	seed, d := testenv.ChaosSeed(), testenv.ChaosDuration()
 	rng := rand.New(rand.NewSource(seed))
 	bin := testenv.BuildEdgeproc(t)
 	mosq := testenv.StartMosquitto(t)
@@ -95,12 +39,8 @@ func TestChaos_SeededSchedule(t *testing.T) {
 	disk := testenv.Tmpfs(t, "256m")
 	confPath, cfg := mustConfig(t, disk, mosq.URL(), ns.URL())
 	longest := cfg.Windows.IdleTimeout + cfg.Windows.Gap + cfg.Windows.ToleratedDelay
-	faults := schedule(rng, d, longest)
-	var plan strings.Builder
-	for _, f := range faults {
-		fmt.Fprintf(&plan, "\n  %v", f)
-	}
-	t.Logf("chaos seed %d, %v, %d faults (CHAOS_SEED=%d CHAOS_DURATION=%v replays it):%s", seed, d, len(faults), seed, d, plan.String())
+	faults := testenv.Schedule(rng, d, faultKinds, longest)
+	t.Logf("chaos seed %d, %v, %d faults (CHAOS_SEED=%d CHAOS_DURATION=%v replays it):%s", seed, d, len(faults), seed, d, testenv.Plan(faults))
 
 	// Event time runs 4 times faster than the clock and ends at the
 	// start: every position arrives after its timestamp.
@@ -116,14 +56,14 @@ func TestChaos_SeededSchedule(t *testing.T) {
 
 	done := map[string]int{}
 	for _, f := range faults {
-		time.Sleep(time.Until(start.Add(f.at)))
+		time.Sleep(time.Until(start.Add(f.At)))
 		select {
 		case err := <-pubDone:
 			t.Fatalf("publishing ended early: %v", err)
 		default:
 		}
 		inject(t, f, sup, mosq, ns, disk)
-		done[f.kind]++
+		done[f.Kind]++
 	}
 	if err := <-pubDone; err != nil {
 		t.Fatal(err)
@@ -139,19 +79,19 @@ func TestChaos_SeededSchedule(t *testing.T) {
 }
 
 // inject applies one fault and returns once it is over.
-func inject(t *testing.T, f fault, sup *supervisor, mosq *testenv.Mosquitto, ns *testenv.NATS, disk string) {
+func inject(t *testing.T, f testenv.Fault, sup *supervisor, mosq *testenv.Mosquitto, ns *testenv.NATS, disk string) {
 	t.Helper()
-	switch f.kind {
+	switch f.Kind {
 	case "kill":
 		sup.kill()
-		time.Sleep(f.lasts)
+		time.Sleep(f.Lasts)
 		sup.start()
 	case "kill-in-recovery":
 		sup.kill()
 		sup.start()
-		time.Sleep(f.lasts / 10) // replaying its log, connecting
+		time.Sleep(f.Lasts / 10) // replaying its log, connecting
 		sup.kill()
-		time.Sleep(f.lasts)
+		time.Sleep(f.Lasts)
 		sup.start()
 	case "kill-after-checkpoint":
 		select {
@@ -164,23 +104,23 @@ func inject(t *testing.T, f fault, sup *supervisor, mosq *testenv.Mosquitto, ns 
 			t.Errorf("no checkpoint written within 10 s")
 		}
 		sup.kill()
-		time.Sleep(f.lasts)
+		time.Sleep(f.Lasts)
 		sup.start()
 	case "pause":
 		_ = sup.cur.cmd.Process.Signal(syscall.SIGSTOP)
-		time.Sleep(f.lasts)
+		time.Sleep(f.Lasts)
 		_ = sup.cur.cmd.Process.Signal(syscall.SIGCONT)
 	case "broker-restart":
 		mosq.Stop()
-		time.Sleep(f.lasts)
+		time.Sleep(f.Lasts)
 		mosq.Restart()
 	case "nats-restart":
 		ns.Shutdown()
-		time.Sleep(f.lasts)
+		time.Sleep(f.Lasts)
 		ns.Restart()
 	case "disk-full":
 		fill(t, disk)
-		time.Sleep(f.lasts)
+		time.Sleep(f.Lasts)
 		if err := os.Remove(filepath.Join(disk, "filler")); err != nil {
 			t.Errorf("free the disk: %v", err)
 		}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -22,6 +23,7 @@ import (
 // /readyz.
 type proc struct {
 	name, listen string
+	conf         string // its configuration file
 	p            *testenv.Proc
 	cpuReady     time.Duration // CPU time used by the end of set-up
 }
@@ -30,18 +32,36 @@ type proc struct {
 // max_owned and an HTTP port of its own) and starts `edgeproc run` on it.
 func startProcs(t testing.TB, bin, url string, partitions, maxOwned int, names ...string) []*proc {
 	t.Helper()
+	return startProcsWindows(t, bin, url, partitions, maxOwned, "", names...)
+}
+
+// startProcsWindows is startProcs with the windows section's lines (two
+// spaces in) replaced by windows, unless it is empty.
+func startProcsWindows(t testing.TB, bin, url string, partitions, maxOwned int, windows string, names ...string) []*proc {
+	t.Helper()
 	dir := t.TempDir()
 	var out []*proc
 	for _, name := range names {
 		listen := testenv.FreeAddr(t)
 		path := filepath.Join(dir, name+".yaml")
 		y := testYAML(url, partitions, listen, fmt.Sprintf("  instance: %s\n  max_owned: %d\n", name, maxOwned))
+		if windows != "" {
+			y = strings.Replace(y, "windows:\n  idle_timeout: 0s\n", "windows:\n"+windows, 1)
+		}
 		if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, &proc{name: name, listen: listen, p: testenv.StartProc(t, name, bin, "run", "--config", path)})
+		p := &proc{name: name, listen: listen, conf: path}
+		p.start(t, bin)
+		out = append(out, p)
 	}
 	return out
+}
+
+// start starts (or, after a kill, restarts) p's `edgeproc run`.
+func (p *proc) start(t testing.TB, bin string) {
+	t.Helper()
+	p.p = testenv.StartProc(t, p.name, bin, "run", "--config", p.conf)
 }
 
 // readyzClient gives up quickly: a stopped process answers nothing.
