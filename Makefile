@@ -8,7 +8,8 @@ bench:
 	./scripts/bench.sh
 demo: build
 	./edgeproc demo
-# A seeded fault schedule (crashtest.TestChaos_SeededSchedule): make chaos
-# SEED=42 DURATION=10m; without SEED one is drawn and printed.
+# The seeded fault schedules, of the single-process source (crashtest) and
+# of the partitioned one (partition): make chaos SEED=42 DURATION=10m;
+# without SEED one is drawn and printed.
 chaos:
-	CHAOS_SEED=$(SEED) CHAOS_DURATION=$(DURATION) go test -count=1 -timeout 0 -run '^TestChaos_SeededSchedule$$' -v ./crashtest
+	CHAOS_SEED=$(SEED) CHAOS_DURATION=$(DURATION) go test -count=1 -timeout 0 -run '^TestChaos_' -v ./crashtest ./partition
