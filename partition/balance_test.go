@@ -62,3 +62,25 @@ func TestBalance_JoinAndLeaveUnderLoad(t *testing.T) {
 	c.Stop()
 	t.Logf("%d results, as the replay", equalsReplay(t, ns.URL(), cfg))
 }
+
+// TestBalance_IdlePartitionGetsItsNewOwner: the server pins a partition to
+// the instance it next delivers a message to, so a partition handed over
+// while nothing is published would stay without an owner (without ticks,
+// so without the idle rule) until its next position. The hand-over ends
+// with a tick: the joining instance owns its share without any position.
+func TestBalance_IdlePartitionGetsItsNewOwner(t *testing.T) {
+	const partitions = 2
+	ns := testenv.StartNATSWithMappings(t, mapping(partitions))
+	cfg := testConfig(t, ns.URL(), partitions)
+	a := startInstance(t, cfg, ns.Connect(t), "a", nil)
+	testenv.WaitFor(t, 30*time.Second, "a ready", a.r.Ready)
+	pub := ns.Connect(t)
+	publishFleet(t, pub, testenv.FleetMessages("girona", 20, time.Minute, 3, time.Now()), 2000, nil)
+	last := lastSeqs(t, pub, cfg)
+	testenv.WaitFor(t, 30*time.Second, "a owns both partitions and recorded them", func() bool { return settled(last, statuses(a)...) })
+	b := startInstance(t, cfg, ns.Connect(t), "b", nil)
+	testenv.WaitFor(t, 30*time.Second, "b ready", b.r.Ready)
+	testenv.WaitFor(t, 4*cfg.JetStream.PinTTL+5*time.Second, "one partition each, nothing published", func() bool {
+		return ownedBy(a) == 1 && ownedBy(b) == 1
+	})
+}

@@ -80,7 +80,7 @@ func TestMQTTGateway_EqualsReplay(t *testing.T) {
 		return n >= total
 	})
 	last := lastSeqs(t, pub, cfg)
-	testenv.WaitFor(t, 60*time.Second, "every partition applied and recorded", func() bool { return settled(last, statuses(ins...)...) })
+	testenv.WaitFor(t, 2*time.Minute, "every partition applied and recorded", func() bool { return settled(last, statuses(ins...)...) })
 	// Each courier in exactly one partition.
 	where := map[string]int{}
 	for p := range partitions {

@@ -313,6 +313,13 @@ func (p *part) release() {
 	t.fence() // after the final checkpoint, nothing more goes out
 	p.stop(t)
 	p.unpin()
+	// The server pins a partition to the instance it next delivers a
+	// message to: an idle one would stay without an owner, hence without
+	// ticks and the idle rule, until its next position. A tick makes the
+	// next owner now.
+	if p.heard() {
+		p.tick(context.Background())
+	}
 }
 
 // stop stops an ended term's engine and keeps its counters, so that the
@@ -389,13 +396,7 @@ func (p *part) maybeCheckpoint() {
 // pause is never applied as silence, and a tick buffered by the client
 // while it was disconnected, stored late, only ends such a gap.
 func (p *part) maybeTick(ctx context.Context) {
-	if p.r.cfg.Windows.IdleTimeout <= 0 {
-		return
-	}
-	if p.r.relay != nil && p.r.relay.ready() != "" {
-		// The relay cannot hear the market's broker: the positions wait
-		// there or in the phones, and time passing now is deafness. No
-		// tick makes it a gap in the stream (deafGap).
+	if p.r.cfg.Windows.IdleTimeout <= 0 || !p.heard() {
 		return
 	}
 	now := time.Now()
@@ -403,6 +404,17 @@ func (p *part) maybeTick(ctx context.Context) {
 		return
 	}
 	p.lastTick = now
+	p.tick(ctx)
+}
+
+// heard reports whether the positions can reach the stream now. With the
+// relay unable to hear the market's broker, the positions wait there or
+// in the phones, and time passing is deafness: no tick makes it a gap in
+// the stream (deafGap).
+func (p *part) heard() bool { return p.r.relay == nil || p.r.relay.ready() == "" }
+
+// tick publishes a tick into the partition.
+func (p *part) tick(ctx context.Context) {
 	msg := &nats.Msg{Subject: p.tickSubject, Header: nats.Header{TickHeader: []string{"1"}}}
 	pctx, cancel := context.WithTimeout(ctx, p.fetchWait())
 	defer cancel()
