@@ -172,7 +172,7 @@ const markEvery = 16
 // replays the filter from its pane's predecessor onwards: every pane it can
 // change holds a fix of an unfired window (see evict).
 type Distance struct {
-	fixes []geo.Fix // by timestamp; fixes that can still change an unfired window
+	fixes []geo.Fix // by timestamp; fixes that can still change an unfired or retained window
 	// segs[i] is the segment fixes[i] adds. A slice of its own rather than
 	// a field of each fix: a replay whose filter state has converged only
 	// re-adds segments, and reads 8 bytes a fix instead of 40. It is only
@@ -218,7 +218,8 @@ func (d *Distance) search(ts int64) int {
 	return sort.Search(n, func(i int) bool { return d.fixes[i].TS >= ts })
 }
 
-// Idle reports whether no window holding a fix of this courier is unfired.
+// Idle reports whether no window holding a fix of this courier is unfired
+// or retained.
 func (d *Distance) Idle() bool { return len(d.panes) == 0 }
 
 // Insert adds a fix that is not late and not a duplicate (see Has).
