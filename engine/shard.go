@@ -190,8 +190,8 @@ func (s *shard) apply(ev *event) {
 		}
 		c.dist.Insert(p.spec, p.filter, geo.Fix{TS: ev.ts, Lat: ev.lat, Lon: ev.lon, Acc: ev.acc})
 		if p.spec.Lateness > 0 && ev.ts < ev.wm {
-			if p.spec.FirstEnd(ev.ts) <= ev.wm {
-				s.stats.recovered.Add(1) // it joins a window that has fired
+			if p.spec.Recovers(ev.ts, ev.wm) {
+				s.stats.recovered.Add(1)
 			}
 			s.revising = ev
 			c.dist.Revise(p.spec, ev.ts, s.onRevised)

@@ -397,6 +397,31 @@ func latenessCases() []boundaryCase {
 			},
 		},
 		{
+			// 5-minute windows, L 10 s, wm t0+200s: a's t0+100s belongs to
+			// the windows ending t0+120s..t0+360s; the two ended ones are
+			// closed for good (end + L <= wm): missed, not recovered.
+			name:  "allowed lateness: windows closed for good are missed, not recovered",
+			setup: func(c *engine.Config) { c.Size, c.AllowedLateness = 300_000, 10_000 },
+			lines: []string{pos("b", t0+230_000, 0, -1), pos("a", t0+100_000, 0, -1)},
+			check: func(t *testing.T, recs []map[string]any, st engine.Stats) {
+				if st.MissedMemberships != 2 || st.Recovered != 0 {
+					t.Errorf("got %d missed memberships, %d recovered; want 2, 0", st.MissedMemberships, st.Recovered)
+				}
+			},
+		},
+		{
+			// The same with L 60 s: the window ending t0+180s is retained,
+			// a joins it (recovered), and misses only the one ending t0+120s.
+			name:  "allowed lateness: a retained window recovers the position",
+			setup: func(c *engine.Config) { c.Size, c.AllowedLateness = 300_000, 60_000 },
+			lines: []string{pos("b", t0+230_000, 0, -1), pos("a", t0+100_000, 0, -1)},
+			check: func(t *testing.T, recs []map[string]any, st engine.Stats) {
+				if st.MissedMemberships != 1 || st.Recovered != 1 {
+					t.Errorf("got %d missed memberships, %d recovered; want 1, 1", st.MissedMemberships, st.Recovered)
+				}
+			},
+		},
+		{
 			// One place: a (latest t0) is evictable once wm >= t0 +
 			// max(size + L, gap) = t0+120s. c's wm t0+119.999s is short of it
 			// (refused); d's, t0+120s, is not.

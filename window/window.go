@@ -48,6 +48,21 @@ func (s Spec) LastEnd(ts int64) int64 {
 // FirstEnd returns the end of the earliest window holding ts.
 func (s Spec) FirstEnd(ts int64) int64 { return s.ceilEnd(tmath.Add(ts, 1)) }
 
+// firstRetained returns the end of the earliest window that holds ts or a
+// later fix and is still retained at wm (end + Lateness > wm); it has
+// ended if it is <= wm.
+func (s Spec) firstRetained(ts, wm int64) int64 {
+	return max(s.FirstEnd(ts), s.FirstEnd(tmath.Add(wm, -s.Lateness)))
+}
+
+// Recovers reports whether a fix at ts that is not late at wm joins a
+// window that has already ended: late data that allowed lateness puts to
+// use (a window ended and closed for good, end + Lateness <= wm, it does
+// not join: that is a missed membership).
+func (s Spec) Recovers(ts, wm int64) bool {
+	return s.Lateness > 0 && ts < wm && s.firstRetained(ts, wm) <= wm
+}
+
 // Late reports whether a position at ts is late for distance at watermark
 // wm: every window that could hold it is closed for good (end + Lateness
 // <= wm; with no lateness, every such window has fired).
@@ -542,7 +557,7 @@ func (d *Distance) Revise(s Spec, ts int64, fire func(Window)) {
 	if s.Lateness == 0 || ts >= d.fired || d.fired == tmath.Forever || len(d.panes) == 0 {
 		return
 	}
-	e := max(s.FirstEnd(ts), s.FirstEnd(tmath.Add(d.fired, -s.Lateness)))
+	e := s.firstRetained(ts, d.fired)
 	lo, k := 0, 0
 	for e <= d.fired {
 		start := e - s.Size
