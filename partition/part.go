@@ -147,6 +147,14 @@ func (p *part) run(ctx context.Context) {
 			// More than this instance's share: hand this one over.
 			p.r.log.Info("handing the partition over for balance", "partition", p.n, "owned", p.r.owned.Load(), "share", p.r.share())
 			p.release()
+			// The server pins a partition to the instance it next delivers
+			// a message to: an idle one would stay without an owner, hence
+			// without ticks and the idle rule, until its next position. A
+			// tick gives it its new owner now. (Not at shutdown: a tick no
+			// owner applies would be in the log and in no result.)
+			if p.heard() {
+				p.tick(ctx)
+			}
 			p.r.shedDone()
 			continue
 		}
@@ -313,13 +321,6 @@ func (p *part) release() {
 	t.fence() // after the final checkpoint, nothing more goes out
 	p.stop(t)
 	p.unpin()
-	// The server pins a partition to the instance it next delivers a
-	// message to: an idle one would stay without an owner, hence without
-	// ticks and the idle rule, until its next position. A tick makes the
-	// next owner now.
-	if p.heard() {
-		p.tick(context.Background())
-	}
 }
 
 // stop stops an ended term's engine and keeps its counters, so that the
