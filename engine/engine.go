@@ -234,7 +234,7 @@ func (e *Engine) Push(in *Input) {
 			t.latest = max(t.latest, p.TS)
 		}
 		c.events[t.shard] = append(c.events[t.shard], event{
-			seq: seq, ts: p.TS, lat: p.Lat, lon: p.Lon, acc: max(p.Accuracy, 0),
+			seq: seq, ts: p.TS, lat: p.Lat, lon: p.Lon, acc: geo.Accuracy(max(p.Accuracy, 0)),
 			wm: e.wm.Current(), clock: now, off: uint32(len(c.names)), n: uint8(len(p.Courier)), slot: t.slot,
 		})
 		c.names = append(c.names, p.Courier...)

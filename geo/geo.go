@@ -64,6 +64,21 @@ func (f Filter) Segment(pred, cur Fix) float64 {
 	return d
 }
 
+// MaxAccuracyCM is the largest accuracy, in centimetres, the filter tells
+// apart (655.35 m): a fix reported less accurate than that is taken to be
+// that accurate, already far beyond any jitter radius.
+const MaxAccuracyCM = 1<<16 - 1
+
+// AccuracyCM is a reported accuracy_m (finite, >= 0) as the filter takes
+// it, in whole centimetres, rounded half away from zero and capped at
+// MaxAccuracyCM: a courier's fixes keep it in 16 bits (see window), and
+// GPS accuracy means nothing below a centimetre.
+func AccuracyCM(a float64) uint16 { return uint16(min(math.Round(a*100), MaxAccuracyCM)) }
+
+// Accuracy is a reported accuracy_m (finite, >= 0) as the filter takes it:
+// AccuracyCM in metres. Accuracy(Accuracy(a)) == Accuracy(a).
+func Accuracy(a float64) float64 { return float64(AccuracyCM(a)) / 100 }
+
 // Cell returns the H3 cell holding the point at resolution res (0..15).
 // It costs about 1.5 µs: call it once per emitted result, never per position.
 func Cell(lat, lon float64, res int) h3.Cell {

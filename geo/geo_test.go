@@ -55,3 +55,30 @@ func TestCell(t *testing.T) {
 		t.Fatalf("points 1 m apart should share a res-9 cell")
 	}
 }
+
+func TestAccuracy_CentimetresCapped(t *testing.T) {
+	for _, c := range []struct {
+		in, want float64
+		cm       uint16
+	}{
+		{0, 0, 0},
+		{3.9, 3.9, 390}, // as phones send it: unchanged
+		{7.5, 7.5, 750},
+		{3.924, 3.92, 392},
+		{3.925, 3.93, 393}, // half away from zero (3.925*100 rounds up in float64)
+		{0.004, 0, 0},
+		{655.35, 655.35, 65535},
+		{655.354, 655.35, 65535},
+		{1e300, 655.35, 65535},
+	} {
+		if got := Accuracy(c.in); got != c.want {
+			t.Errorf("Accuracy(%v) = %v, want %v", c.in, got, c.want)
+		}
+		if got := AccuracyCM(c.in); got != c.cm {
+			t.Errorf("AccuracyCM(%v) = %v, want %v", c.in, got, c.cm)
+		}
+		if got := Accuracy(Accuracy(c.in)); got != c.want {
+			t.Errorf("Accuracy(Accuracy(%v)) = %v, want %v", c.in, got, c.want)
+		}
+	}
+}

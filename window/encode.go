@@ -14,8 +14,8 @@ func (d *Distance) AppendState(b []byte) []byte {
 	b = wire.AppendInt(b, d.fired)
 	b = appendTrack(b, &d.base)
 	b = wire.AppendUint(b, uint64(len(d.fixes)))
-	for _, x := range d.fixes {
-		b = appendFix(b, x)
+	for i := range d.fixes {
+		b = appendFix(b, d.fixes[i].unpack())
 	}
 	for i := range d.panes {
 		b = wire.AppendFloat(b, d.panes[i].sum)
@@ -86,14 +86,19 @@ func (d *Distance) ReadState(s Spec, r *wire.Reader, retained bool) error {
 	*d = Distance{fired: r.Int(), base: readTrack(r)}
 	n := r.Count(25)
 	if n > 0 {
-		d.fixes = make([]geo.Fix, 0, n+max(4, n/8))
+		d.fixes = grow[fix](nil, n+1)
 	}
 	for i := 0; i < n && r.Err() == nil; i++ {
 		x := readFix(r)
-		if len(d.fixes) > 0 && x.TS <= d.fixes[len(d.fixes)-1].TS {
+		if len(d.fixes) > 0 && x.TS <= d.fixes[len(d.fixes)-1].ts() {
 			return fmt.Errorf("distance state: fixes out of order at %d", x.TS)
 		}
-		d.fixes = append(d.fixes, x)
+		// An older snapshot's accuracies may have more than centimetres:
+		// they are rounded as they are now on the way in.
+		if x.TS <= 0 || x.TS >= 1<<tsBits || !(x.Acc >= 0) {
+			return fmt.Errorf("distance state: fix at %d out of range", x.TS)
+		}
+		d.fixes = append(d.fixes, pack(x))
 		p := d.paneOf(s.paneIdx(x.TS))
 		d.panes[p].n++
 	}
@@ -125,7 +130,7 @@ func (d *Distance) readKept(s Spec, r *wire.Reader) error {
 		if len(d.kept) > 0 && k.end <= d.kept[len(d.kept)-1].end {
 			return fmt.Errorf("distance state: retained windows out of order at %d", k.end)
 		}
-		if k.end != s.ceilEnd(k.end) || len(d.fixes) == 0 || k.end > d.fired || k.end <= d.fixes[0].TS {
+		if k.end != s.ceilEnd(k.end) || len(d.fixes) == 0 || k.end > d.fired || k.end <= d.fixes[0].ts() {
 			return fmt.Errorf("distance state: retained window ending %d holds no fix", k.end)
 		}
 		d.kept = append(d.kept, k)

@@ -9,12 +9,14 @@ import (
 	"github.com/km0/edgeproc/fleet"
 	"github.com/km0/edgeproc/geo"
 	"github.com/km0/edgeproc/internal/wire"
+	"github.com/km0/edgeproc/position"
 )
 
 // TestDistance_StateRoundTrip checkpoints a courier at every step of a
 // noisy, out-of-order stream (anchors, pending fixes, settled anchors,
 // spikes) and requires the restored state to equal the original bit for bit.
 func TestDistance_StateRoundTrip(t *testing.T) {
+	const epoch = 1_767_225_600_000 // timestamps are the contract's: after 1970
 	for seed := uint64(0); seed < 20; seed++ {
 		r := rand.New(rand.NewPCG(seed, 2))
 		s := NewSpec(5*minute, minute)
@@ -27,14 +29,14 @@ func TestDistance_StateRoundTrip(t *testing.T) {
 		wm := int64(0)
 		north := 0.0
 		for i := 0; i < 400; i++ {
-			ts := int64(i)*5_000 - int64(r.IntN(40_000))
+			ts := epoch + int64(i)*5_000 - int64(r.IntN(40_000))
 			north += 3 * r.Float64() * float64(i/100%2) // parked and moving in turns
 			if !s.Late(ts, wm) && !d.Has(ts) {
 				x := fixAt(ts, north+10*r.NormFloat64())
 				x.Acc = float64(r.IntN(15))
 				d.Insert(s, f, x)
 			}
-			wm = max(wm, int64(i)*5_000-45_000)
+			wm = max(wm, epoch+int64(i)*5_000-45_000)
 			d.Advance(s, wm, func(Window) {})
 			b := d.AppendState(nil)
 			var got Distance
@@ -156,4 +158,29 @@ func BenchmarkAppendState(b *testing.B) {
 		buf = d.AppendState(buf[:0])
 	}
 	b.ReportMetric(float64(len(d.fixes)), "fixes")
+}
+
+// TestFix_PackKeepsEveryField: a kept fix gives back the timestamp,
+// coordinates and accuracy it was given, over the contract's whole range
+// of timestamps and every accuracy the filter tells apart.
+func TestFix_PackKeepsEveryField(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	xs := []geo.Fix{
+		{TS: 1, Lat: -90, Lon: -180},
+		{TS: position.MaxTimestamp, Lat: 90, Lon: 180, Acc: geo.Accuracy(1e9)},
+		{TS: 1767225600000, Lat: 41.9794, Lon: 2.8214, Acc: 3.9},
+	}
+	for range 10_000 {
+		xs = append(xs, geo.Fix{
+			TS:  1 + r.Int64N(position.MaxTimestamp),
+			Lat: r.Float64()*180 - 90, Lon: r.Float64()*360 - 180,
+			Acc: geo.Accuracy(r.Float64() * 800),
+		})
+	}
+	for _, x := range xs {
+		f := pack(x)
+		if got := f.unpack(); got != x {
+			t.Fatalf("pack(%+v).unpack() = %+v", x, got)
+		}
+	}
 }

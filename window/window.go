@@ -177,6 +177,28 @@ type mark struct {
 // one-minute slide) has no marks.
 const markEvery = 16
 
+// fix is a geo.Fix as a courier keeps it: 24 bytes rather than 32, for
+// the fixes are most of a courier's memory (under allowed lateness, more
+// than two thirds). The timestamp takes the low 48 bits (the contract's
+// last one, in year 9999, is below 2^48) and the accuracy, in the
+// filter's whole centimetres (geo.AccuracyCM), the high 16.
+type fix struct {
+	tsAcc    uint64
+	lat, lon float64
+}
+
+const tsBits = 48
+
+func pack(x geo.Fix) fix {
+	return fix{tsAcc: uint64(x.TS) | uint64(geo.AccuracyCM(x.Acc))<<tsBits, lat: x.Lat, lon: x.Lon}
+}
+
+func (f *fix) ts() int64 { return int64(f.tsAcc & (1<<tsBits - 1)) }
+
+func (f *fix) unpack() geo.Fix {
+	return geo.Fix{TS: f.ts(), Lat: f.lat, Lon: f.lon, Acc: float64(f.tsAcc>>tsBits) / 100}
+}
+
 // Distance is one courier's distance state. Its zero value is not ready:
 // call Start first.
 //
@@ -187,7 +209,7 @@ const markEvery = 16
 // replays the filter from its pane's predecessor onwards: every pane it can
 // change holds a fix of an unfired window (see evict).
 type Distance struct {
-	fixes []geo.Fix // by timestamp; fixes that can still change an unfired or retained window
+	fixes []fix // by timestamp; fixes that can still change an unfired or retained window
 	// segs[i] is the segment fixes[i] adds. A slice of its own rather than
 	// a field of each fix: a replay whose filter state has converged only
 	// re-adds segments, and reads 8 bytes a fix instead of 40. It is only
@@ -213,13 +235,13 @@ func (d *Distance) Start(wm int64) { *d = Distance{fired: wm} }
 // that is not late is retained, so this is the duplicate check of contract §2.
 func (d *Distance) Has(ts int64) bool {
 	i := d.search(ts)
-	return i < len(d.fixes) && d.fixes[i].TS == ts
+	return i < len(d.fixes) && d.fixes[i].ts() == ts
 }
 
 // After appends to dst the timestamps of the retained fixes above ts.
 func (d *Distance) After(ts int64, dst []int64) []int64 {
 	for i := d.search(tmath.Add(ts, 1)); i < len(d.fixes); i++ {
-		dst = append(dst, d.fixes[i].TS)
+		dst = append(dst, d.fixes[i].ts())
 	}
 	return dst
 }
@@ -227,10 +249,10 @@ func (d *Distance) After(ts int64, dst []int64) []int64 {
 // search returns the index of the first retained fix with TS >= ts.
 func (d *Distance) search(ts int64) int {
 	n := len(d.fixes)
-	if n == 0 || d.fixes[n-1].TS < ts { // in-order arrival: the common case
+	if n == 0 || d.fixes[n-1].ts() < ts { // in-order arrival: the common case
 		return n
 	}
-	return sort.Search(n, func(i int) bool { return d.fixes[i].TS >= ts })
+	return sort.Search(n, func(i int) bool { return d.fixes[i].ts() >= ts })
 }
 
 // Idle reports whether no window holding a fix of this courier is unfired
@@ -239,26 +261,23 @@ func (d *Distance) Idle() bool { return len(d.panes) == 0 }
 
 // Insert adds a fix that is not late and not a duplicate (see Has).
 // The caller has advanced d to the current watermark first. x.TS + Size
-// must fit in an int64 (the contract's timestamps end in year 9999), so
-// that every window holding it has a real end.
+// must fit in an int64, so that every window holding it has a real end,
+// and x.TS be in the contract's range (after 1970, before year 10000),
+// which a kept fix has 48 bits for.
 func (d *Distance) Insert(s Spec, f geo.Filter, x geo.Fix) {
 	i := d.search(x.TS)
 	n := len(d.fixes)
 	if n == cap(d.fixes) {
-		// Double while small, then grow by an eighth: these slices are most
-		// of a courier's retained memory, and their length is steady once
-		// the courier is.
+		// Double while small, then grow by one size class of the
+		// allocator: these slices are most of a courier's retained memory,
+		// and their length is steady once the courier is.
 		c := max(8, 2*n)
 		if n >= 64 {
-			c = n + n/8
+			c = n + 1
 		}
-		grown := make([]geo.Fix, n, c)
-		copy(grown, d.fixes)
-		d.fixes = grown
+		d.fixes = grow(d.fixes, c)
 		if d.dense {
-			segs := make([]float64, n, c)
-			copy(segs, d.segs)
-			d.segs = segs
+			d.segs = grow(d.segs, cap(d.fixes))
 		}
 	}
 	d.fixes = d.fixes[:n+1]
@@ -271,7 +290,7 @@ func (d *Distance) Insert(s Spec, f geo.Filter, x geo.Fix) {
 			copy(d.segs[i+1:], d.segs[i:n]) // segs[i] is x's: the replay sets it
 		}
 	}
-	d.fixes[i] = x
+	d.fixes[i] = pack(x)
 	p := d.paneOf(s.paneIdx(x.TS))
 	d.panes[p].n++
 	if i == n { // in order: one step from the state after the fix before x
@@ -313,11 +332,11 @@ func (d *Distance) rebuild(f geo.Filter) {
 	for p := range d.panes {
 		st, sum := d.stateBefore(p), 0.0
 		for k := int32(1); k <= d.panes[p].n; k++ {
-			seg := sp.Step(&st, d.fixes[i])
+			seg := sp.Step(&st, d.fixes[i].unpack())
 			d.segs[i] = seg
 			sum += seg
 			if k%markEvery == 0 {
-				d.marks = append(d.marks, mark{ts: d.fixes[i].TS, k: k, sum: sum, st: st})
+				d.marks = append(d.marks, mark{ts: d.fixes[i].ts(), k: k, sum: sum, st: st})
 			}
 			i++
 		}
@@ -365,7 +384,7 @@ func (d *Distance) replay(s Spec, f geo.Filter, p int, ts int64) {
 	sp := f.Stepper()
 	q := p
 	for ; i < len(d.fixes); i++ {
-		x := d.fixes[i]
+		x := d.fixes[i].unpack()
 		for s.paneIdx(x.TS) != d.panes[q].idx {
 			same := d.panes[q].end.Same(&st)
 			d.panes[q].sum, d.panes[q].end = sum, st
@@ -447,10 +466,10 @@ func (d *Distance) paneOf(idx int64) int {
 		}
 	}
 	if n == cap(d.panes) {
-		// Grow by a quarter, not double: a courier's panes number about
-		// (size + allowed lateness) / pane, steady once it is, and a pane
-		// is 96 bytes.
-		d.panes = slices.Grow(d.panes, max(2, n/4))
+		// Grow by one size class, not double: a courier's panes number
+		// about (size + allowed lateness) / pane, steady once it is, and
+		// a pane is 96 bytes.
+		d.panes = grow(d.panes, n+1)
 	}
 	d.panes = append(d.panes, pane{})
 	copy(d.panes[j+1:], d.panes[j:n])
@@ -467,10 +486,10 @@ func (d *Distance) NextEnd(s Spec) (int64, bool) {
 	}
 	next := d.firstEnd(s)
 	if s.Lateness > 0 {
-		if next > s.LastEnd(d.fixes[len(d.fixes)-1].TS) {
+		if next > s.LastEnd(d.fixes[len(d.fixes)-1].ts()) {
 			next = tmath.Forever // every window holding a fix has fired
 		}
-		next = min(next, tmath.Add(s.LastEnd(d.fixes[0].TS), s.Lateness))
+		next = min(next, tmath.Add(s.LastEnd(d.fixes[0].ts()), s.Lateness))
 	}
 	return next, true
 }
@@ -520,6 +539,9 @@ func (d *Distance) fire(s Spec, wm int64, fire func(Window)) {
 		}
 		w := d.window(s, lo, e)
 		if s.Lateness > 0 {
+			if len(d.kept) == cap(d.kept) { // as panes: steady in number
+				d.kept = grow(d.kept, len(d.kept)+1)
+			}
 			d.kept = append(d.kept, retainedWindow{end: e, dist: w.DistanceM, n: int32(w.Positions)})
 			w.Memo = &d.kept[len(d.kept)-1].memo
 		}
@@ -540,8 +562,8 @@ func (d *Distance) window(s Spec, lo int, e int64) Window {
 		w.DistanceM += d.panes[j].sum
 		w.Positions += int(d.panes[j].n)
 	}
-	w.First = d.fixes[d.search(start)].TS
-	w.Last = d.fixes[d.search(e)-1]
+	w.First = d.fixes[d.search(start)].ts()
+	w.Last = d.fixes[d.search(e)-1].unpack()
 	return w
 }
 
@@ -597,7 +619,7 @@ func (d *Distance) Revise(s Spec, ts int64, fire func(Window)) {
 // lb is a multiple of the pane length, so panes are dropped whole.
 func (d *Distance) evict(s Spec, lb int64) {
 	k := 0
-	for k < len(d.fixes) && d.fixes[k].TS < lb {
+	for k < len(d.fixes) && d.fixes[k].ts() < lb {
 		k++
 	}
 	if k == 0 {
@@ -623,4 +645,16 @@ func (d *Distance) evict(s Spec, lb int64) {
 		m++
 	}
 	d.marks = d.marks[:copy(d.marks, d.marks[m:])]
+}
+
+// grow returns s with room for at least c elements, and as many more as
+// the allocator's size class of c elements holds anyway: a slice grown
+// by append doubles while under 256 elements, and half of a steady
+// courier's slices would be room it never uses.
+func grow[T any](s []T, c int) []T {
+	if c <= cap(s) {
+		return s
+	}
+	g := append([]T(nil), make([]T, c)...) // capacity rounded up to the size class
+	return g[:copy(g, s)]
 }

@@ -341,8 +341,8 @@ func TestDistance_DensePanesBitExact(t *testing.T) {
 				if limit := len(d.fixes)/markEvery + len(d.panes); len(d.marks) > limit {
 					t.Fatalf("seed %d: %d marks for %d fixes in %d panes", seed, len(d.marks), len(d.fixes), len(d.panes))
 				}
-				if len(d.marks) > 0 && d.marks[0].ts < d.fixes[0].TS {
-					t.Fatalf("seed %d: a mark at %d before the first retained fix %d", seed, d.marks[0].ts, d.fixes[0].TS)
+				if len(d.marks) > 0 && d.marks[0].ts < d.fixes[0].ts() {
+					t.Fatalf("seed %d: a mark at %d before the first retained fix %d", seed, d.marks[0].ts, d.fixes[0].ts())
 				}
 				checkCaches(t, &d, s, f)
 			}
@@ -404,8 +404,8 @@ func checkCaches(t *testing.T, d *Distance, s Spec, f geo.Filter) {
 		for p := range d.panes {
 			st := d.stateBefore(p)
 			for range d.panes[p].n {
-				if seg := f.Step(&st, d.fixes[i]); math.Float64bits(seg) != math.Float64bits(d.segs[i]) {
-					t.Fatalf("segment of the fix at %d: got %v, want %v", d.fixes[i].TS, d.segs[i], seg)
+				if seg := f.Step(&st, d.fixes[i].unpack()); math.Float64bits(seg) != math.Float64bits(d.segs[i]) {
+					t.Fatalf("segment of the fix at %d: got %v, want %v", d.fixes[i].ts(), d.segs[i], seg)
 				}
 				i++
 			}
@@ -436,7 +436,7 @@ func checkCaches(t *testing.T, d *Distance, s Spec, f geo.Filter) {
 		}
 		st, sum, k := d.stateBefore(p), 0.0, int32(0)
 		for _, x := range d.fixes[d.search(d.panes[p].idx*s.pane):d.search(m.ts+1)] {
-			sum += f.Step(&st, x)
+			sum += f.Step(&st, x.unpack())
 			k++
 		}
 		if k != m.k || sum != m.sum || !st.Same(&m.st) {

@@ -76,7 +76,9 @@ func decodeLine(line []byte) decoded {
 	var acc float64
 	if raw, ok := obj["accuracy_m"]; ok {
 		if a, ok := finiteNumber(raw); ok && a >= 0 {
-			acc = a
+			// The filter takes it in whole centimetres, at most 655.35 m
+			// (docs/semantics.md).
+			acc = math.Min(math.Round(a*100), 65535) / 100
 		}
 	}
 	d.pos = position{courier: courier, ts: ts, lat: lat, lon: lon, acc: acc}
