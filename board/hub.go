@@ -9,7 +9,11 @@
 // results from the sink (Feed.Results) — so the board shows the bucket's
 // state, with the bucket's rules: a position no newer than the courier's
 // last one is ignored, a no_signal result is ignored when a newer position
-// is known, signal_restored puts a silent courier back online. A courier
+// is known, signal_restored puts a silent courier back online. Of a
+// courier's distance results it shows the latest window at its highest
+// revision: an earlier window, or a revision of the shown window no higher
+// than the one shown, changes nothing (under allowed lateness a window's
+// revisions may arrive out of order, and again after a restart). A courier
 // the engine stops tracking leaves the board (Feed.Forget); the board holds
 // at most Config.MaxCouriers couriers and refuses, and counts, the rest.
 //
@@ -181,6 +185,7 @@ type event struct {
 	lon     float64
 	dist    float64
 	stopped bool
+	rev     int32 // distance: revision (0: the window's first firing)
 }
 
 // New returns a running Hub. Call Close to stop it.
@@ -252,24 +257,24 @@ func (f *Feed) Position(courier []byte, ts int64, lat, lon float64) {
 	if f == nil {
 		return
 	}
-	put(f, evPosition, courier, ts, 0, lat, lon, 0, false)
+	put(f, courier, event{kind: evPosition, ts: ts, lat: lat, lon: lon})
 }
 
 // Result records the courier state a result carries: distance (the
-// window's distance and stopped flag), no_signal (silent since End, last
-// seen at Lat, Lon) and signal_restored. Other types are ignored: the
-// market's counters give their rates.
+// window's distance, stopped flag and revision), no_signal (silent since
+// End, last seen at Lat, Lon) and signal_restored. Other types are
+// ignored: the market's counters give their rates.
 func (f *Feed) Result(r *result.Record) {
 	if f == nil {
 		return
 	}
 	switch r.Type {
 	case result.Distance:
-		put(f, evDistance, r.Courier, r.End, r.Start, 0, 0, r.DistanceM, r.Stopped)
+		put(f, r.Courier, event{kind: evDistance, ts: r.End, start: r.Start, dist: r.DistanceM, stopped: r.Stopped, rev: int32(r.Revision)})
 	case result.NoSignal:
-		put(f, evNoSignal, r.Courier, r.End, r.Start, r.Lat, r.Lon, 0, false)
+		put(f, r.Courier, event{kind: evNoSignal, ts: r.End, start: r.Start, lat: r.Lat, lon: r.Lon})
 	case result.SignalRestored:
-		put(f, evRestored, r.Courier, r.RestoredAt, r.SilentFrom, 0, 0, 0, false)
+		put(f, r.Courier, event{kind: evRestored, ts: r.RestoredAt, start: r.SilentFrom})
 	}
 }
 
@@ -280,13 +285,17 @@ func (f *Feed) Forget(courier string) {
 	if f == nil {
 		return
 	}
-	put(f, evForget, courier, 0, 0, 0, 0, 0, false)
+	put(f, courier, event{kind: evForget})
 }
 
-// put copies one event into the mailbox, or counts it as dropped when the
-// mailbox is full. An id over 64 bytes is stored empty, and refused by the
-// hub.
-func put[S string | []byte](f *Feed, k kind, courier S, ts, start int64, lat, lon, dist float64, stopped bool) {
+// put copies e, with f's market and the courier id, into the mailbox, or
+// counts it as dropped when the mailbox is full. An id over 64 bytes is
+// stored empty, and refused by the hub.
+func put[S string | []byte](f *Feed, courier S, e event) {
+	e.market = f.market
+	if len(courier) <= maxID {
+		e.n = uint8(copy(e.id[:], courier))
+	}
 	h := f.h
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -294,12 +303,7 @@ func put[S string | []byte](f *Feed, k kind, courier S, ts, start int64, lat, lo
 		h.dropped++
 		return
 	}
-	h.box = h.box[:len(h.box)+1]
-	e := &h.box[len(h.box)-1]
-	*e = event{kind: k, market: f.market, ts: ts, start: start, lat: lat, lon: lon, dist: dist, stopped: stopped}
-	if len(courier) <= maxID {
-		e.n = uint8(copy(e.id[:], courier))
-	}
+	h.box = append(h.box, e)
 }
 
 // swap hands the filled mailbox to the hub goroutine and takes spare (empty)

@@ -132,7 +132,8 @@ func TestHub_AppliesTheBucketRules(t *testing.T) {
 		{"older window ignored", []step{pos(10, 1, 2), dist(600, 5, true), dist(300, 900, false)}, "1 2 10 stopped 5"},
 		// Allowed lateness: a window's revisions come in order, each
 		// replacing the one before; the board shows the newest window's
-		// newest revision, and no older window's.
+		// newest revision, and no older window's. Out of order:
+		// TestHub_KeepsTheHighestRevision.
 		{"revision of the shown window replaces it", []step{pos(10, 1, 2), dist(600, 5, true), revision(600, 700, 1)}, "1 2 10 moving 700"},
 		{"revision of an older window ignored", []step{pos(10, 1, 2), dist(600, 5, true), revision(300, 700, 1)}, "1 2 10 stopped 5"},
 		{"no_signal takes its last position", []step{pos(10, 1, 2), noSignal(15, 5, 6)}, "5 6 15 no_signal -"},
@@ -163,6 +164,64 @@ func TestHub_AppliesTheBucketRules(t *testing.T) {
 			}
 			if len(u.Couriers) > 1 || got != tt.want {
 				t.Errorf("got %q (%d couriers), want %q", got, len(u.Couriers), tt.want)
+			}
+		})
+	}
+}
+
+// Regression (issue 22): revisions of a window may reach the board out of
+// order (results re-delivered after a restart). The board keeps, for the
+// latest window, the firing with the highest revision: an older revision,
+// or the first firing, arriving after a newer one changes nothing; a newer
+// window still replaces an older one, whatever their revisions.
+func TestHub_KeepsTheHighestRevision(t *testing.T) {
+	// firing is window [end-300, end)'s firing number rev (0: the first).
+	type firing struct {
+		end     int64
+		m       float64
+		stopped bool
+		rev     int
+	}
+	tests := []struct {
+		name  string
+		fired []firing
+		want  string // state distance window_end revision
+	}{
+		{"revision 1 after revision 2 ignored",
+			[]firing{{600, 900, false, 2}, {600, 700, false, 1}}, "moving 900 600 2"},
+		{"first firing after revisions 2 and 1 ignored",
+			[]firing{{600, 900, false, 2}, {600, 700, false, 1}, {600, 5, true, 0}}, "moving 900 600 2"},
+		{"first firing after revision 1 ignored",
+			[]firing{{600, 700, false, 1}, {600, 5, true, 0}}, "moving 700 600 1"},
+		{"revisions in order replace each other",
+			[]firing{{600, 5, true, 0}, {600, 700, false, 1}, {600, 900, false, 2}}, "moving 900 600 2"},
+		{"newer revision skipping one replaces",
+			[]firing{{600, 5, true, 0}, {600, 900, false, 2}}, "moving 900 600 2"},
+		{"same revision again changes nothing",
+			[]firing{{600, 900, false, 2}, {600, 900, false, 2}}, "moving 900 600 2"},
+		{"newer window replaces an older window",
+			[]firing{{300, 900, false, 0}, {600, 5, true, 0}}, "stopped 5 600 0"},
+		{"newer window replaces an older window's revision",
+			[]firing{{300, 900, false, 3}, {600, 5, true, 0}}, "stopped 5 600 0"},
+		{"older window's revision ignored",
+			[]firing{{600, 5, true, 0}, {300, 900, false, 3}}, "stopped 5 600 0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHub(t, nil)
+			f := h.Feed("a")
+			f.Position([]byte("c1"), 10, 1, 2)
+			for _, w := range tt.fired {
+				f.Result(&result.Record{Type: result.Distance, Courier: "c1", Start: w.end - 300, End: w.end,
+					DistanceM: w.m, Stopped: w.stopped, Revision: w.rev})
+			}
+			_, u := openStream(t, serve(t, h).URL+"/board/events").next(t)
+			if len(u.Couriers) != 1 || !u.Couriers[0].HasDistance {
+				t.Fatalf("got couriers %+v, want c1 with a distance", u.Couriers)
+			}
+			c := u.Couriers[0]
+			if got := fmt.Sprintf("%v %v %v %v", c.State, c.DistanceM, c.WindowEnd, c.Revision); got != tt.want {
+				t.Errorf("got %q, want %q", got, tt.want)
 			}
 		})
 	}

@@ -39,6 +39,7 @@ type courier struct {
 	stopped bool
 	dist    float64 // metres in the latest fired window
 	distEnd int64   // that window's end, ms
+	distRev int32   // that firing's revision (0: the window's first firing)
 	dirty   bool    // changed since the last update sent
 	gone    bool    // forgotten: sent as gone, then dropped
 }
@@ -215,10 +216,15 @@ func (st *state) apply(e *event) {
 			return
 		}
 	case evDistance:
-		if e.ts < c.distEnd {
+		// The latest window at its highest revision (docs/reference.md: a
+		// consumer keeps a window's highest revision). A market's windows
+		// all have one size, so the end names the window. A revision no
+		// higher than the one shown is older, or the same firing again
+		// (each key always carries the same values).
+		if c.hasDist && (e.ts < c.distEnd || e.ts == c.distEnd && e.rev <= c.distRev) {
 			return
 		}
-		c.hasDist, c.stopped, c.dist, c.distEnd = true, e.stopped, e.dist, e.ts
+		c.hasDist, c.stopped, c.dist, c.distEnd, c.distRev = true, e.stopped, e.dist, e.ts, e.rev
 	}
 	if !c.dirty {
 		c.dirty = true
@@ -296,9 +302,10 @@ func (st *state) broadcast(now time.Time) {
 //	 "markets":[{"name":…,"mqtt":bool,"nats":bool,"lag_ms":n|null,
 //	            "received_per_s":x,"late_per_s":x,"rejected_per_s":x}],
 //	 "gone":[id,…],
-//	 "c":[[id,market,lat,lon,timestamp_ms,state,distance_m|null,window_end_ms],…]}
+//	 "c":[[id,market,lat,lon,timestamp_ms,state,distance_m|null,window_end_ms,revision],…]}
 //
-// where market indexes "markets", state is a State code, and gone lists
+// where market indexes "markets", state is a State code, revision numbers
+// the firing of the window shown (0: its first firing), and gone lists
 // the couriers forgotten since the last update (to remove before adding
 // those of "c": a courier forgotten and back is in both).
 func (st *state) encode(filter int, now time.Time, cs []*courier, full bool) []byte {
@@ -372,6 +379,8 @@ func (st *state) encode(filter int, now time.Time, cs []*courier, full bool) []b
 		}
 		b = append(b, ',')
 		b = strconv.AppendInt(b, c.distEnd, 10)
+		b = append(b, ',')
+		b = strconv.AppendInt(b, int64(c.distRev), 10)
 		b = append(b, ']')
 	}
 	b = append(b, "]}\n\n"...)

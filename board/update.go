@@ -48,7 +48,8 @@ type MarketUpdate struct {
 }
 
 // CourierUpdate is a courier in an Update, sent as the JSON array
-// [id, market, lat, lon, timestamp_ms, state, distance_m|null, window_end_ms].
+// [id, market, lat, lon, timestamp_ms, state, distance_m|null,
+// window_end_ms, revision].
 type CourierUpdate struct {
 	ID       string
 	Market   int
@@ -58,22 +59,25 @@ type CourierUpdate struct {
 	TS    int64
 	State State
 	// DistanceM is the latest fired window's distance (HasDistance), the
-	// window ending at WindowEnd.
+	// window ending at WindowEnd, as of its firing numbered Revision (0:
+	// the window's first firing; n: its n-th revision under allowed
+	// lateness, the highest the board has received).
 	DistanceM   float64
 	HasDistance bool
 	WindowEnd   int64
+	Revision    int
 }
 
 // UnmarshalJSON reads the array form.
 func (c *CourierUpdate) UnmarshalJSON(b []byte) error {
 	var dist *float64
 	var state uint8
-	a := []any{&c.ID, &c.Market, &c.Lat, &c.Lon, &c.TS, &state, &dist, &c.WindowEnd}
+	a := []any{&c.ID, &c.Market, &c.Lat, &c.Lon, &c.TS, &state, &dist, &c.WindowEnd, &c.Revision}
 	if err := json.Unmarshal(b, &a); err != nil {
 		return fmt.Errorf("board: courier %s: %w", b, err)
 	}
-	if len(a) != 8 || int(state) >= len(stateText) {
-		return fmt.Errorf("board: courier %s: want 8 fields and a state code below %d", b, len(stateText))
+	if len(a) != 9 || int(state) >= len(stateText) {
+		return fmt.Errorf("board: courier %s: want 9 fields and a state code below %d", b, len(stateText))
 	}
 	c.State = State(state)
 	if dist != nil {

@@ -41,7 +41,7 @@
     markets = msg.markets;
     for (const id of msg.gone) couriers.delete(id);
     for (const c of msg.c) {
-      couriers.set(c[0], {m: c[1], lat: c[2], lon: c[3], ts: c[4], st: c[5], d: c[6], de: c[7]});
+      couriers.set(c[0], {m: c[1], lat: c[2], lon: c[3], ts: c[4], st: c[5], d: c[6], de: c[7], rv: c[8]});
     }
     schedule();
   };
@@ -237,7 +237,7 @@
     if (!best) { tip.hidden = true; return; }
     const [id, c] = best, now = Date.now() + skew;
     tip.textContent = `${id} (${markets[c.m] ? markets[c.m].name : ""})\n${LABEL[STATES[c.st]]}` +
-      (c.d !== null ? `\n${(c.d / 1000).toFixed(2)} km in the latest window` : "") +
+      (c.d !== null ? `\n${(c.d / 1000).toFixed(2)} km in the latest window` + (c.rv > 0 ? ` (revision ${c.rv})` : "") : "") +
       `\nlast position ${dur(now - c.ts)} ago`;
     tip.style.left = (x + 14) + "px"; tip.style.top = (y + 10) + "px"; tip.hidden = false;
   });
