@@ -75,6 +75,7 @@ const (
 	KindSignalRestored = "signal_restored"
 	KindLate           = "late"
 	KindRejected       = "rejected"
+	KindDeadZone       = "dead_zone"
 )
 
 // ErrConfig is wrapped by every error Validate returns.

@@ -40,6 +40,7 @@ type Config struct {
 	Windows   Windows
 	Distance  Distance
 	Geo       Geo
+	DeadZones DeadZones
 	State     State
 	HTTP      HTTP
 	Limits    Limits
@@ -286,6 +287,21 @@ type Geo struct {
 	H3Resolution int
 }
 
+// DeadZones counts no_signal warnings by place (yaml key dead_zones; rules
+// in docs/semantics.md, Dead zones).
+type DeadZones struct {
+	// Window is the tumbling event-time window warnings are counted over
+	// (yaml window). Default 1h; 0 turns dead zones off; else a whole
+	// number of milliseconds, > 0.
+	Window time.Duration
+	// H3Resolution of the cells warnings are counted in (yaml
+	// h3_resolution). Default 8 (~461 m edge); 0..15.
+	H3Resolution int
+	// MaxCells bounds the cells of one window (yaml max_cells): a warning
+	// in a further cell is counted as refused. Default 10000; > 0.
+	MaxCells int
+}
+
 // State is where durable state lives (yaml key state).
 type State struct {
 	// Dir holds the WAL and checkpoints. Default "./state/MARKET".
@@ -403,12 +419,13 @@ func Default() Config {
 			MaxFutureSkew:   time.Minute,
 			RestoreTTL:      24 * time.Hour,
 		},
-		Distance: Distance{MinMoveM: 15, MaxSpeedKmh: 150, StoppedBelowM: 50},
-		Geo:      Geo{H3Resolution: 9},
-		State:    State{CheckpointInterval: 10 * time.Second, WALSync: "batch", WALBatchInterval: 40 * time.Millisecond, WALBatchMax: 1024},
-		HTTP:     HTTP{Listen: DefaultListen, Board: true},
-		Limits:   Limits{MaxCouriers: DefaultMaxCouriers},
-		Log:      Log{Level: "info"},
+		Distance:  Distance{MinMoveM: 15, MaxSpeedKmh: 150, StoppedBelowM: 50},
+		Geo:       Geo{H3Resolution: 9},
+		DeadZones: DeadZones{Window: time.Hour, H3Resolution: 8, MaxCells: DefaultDeadZoneCells},
+		State:     State{CheckpointInterval: 10 * time.Second, WALSync: "batch", WALBatchInterval: 40 * time.Millisecond, WALBatchMax: 1024},
+		HTTP:      HTTP{Listen: DefaultListen, Board: true},
+		Limits:    Limits{MaxCouriers: DefaultMaxCouriers},
+		Log:       Log{Level: "info"},
 	}
 }
 

@@ -60,12 +60,13 @@ func contractGirona() Config {
 			MaxFutureSkew:   time.Minute,
 			RestoreTTL:      24 * time.Hour,
 		},
-		Distance: Distance{MinMoveM: 15, MaxSpeedKmh: 150, StoppedBelowM: 50},
-		Geo:      Geo{H3Resolution: 9},
-		State:    State{Dir: "./state/girona", CheckpointInterval: 10 * time.Second, WALSync: "batch", WALBatchInterval: 40 * time.Millisecond, WALBatchMax: 1024},
-		HTTP:     HTTP{Listen: "127.0.0.1:9464", Board: true},
-		Limits:   Limits{MaxCouriers: 200_000},
-		Log:      Log{Level: "info"},
+		Distance:  Distance{MinMoveM: 15, MaxSpeedKmh: 150, StoppedBelowM: 50},
+		Geo:       Geo{H3Resolution: 9},
+		DeadZones: DeadZones{Window: time.Hour, H3Resolution: 8, MaxCells: 10000},
+		State:     State{Dir: "./state/girona", CheckpointInterval: 10 * time.Second, WALSync: "batch", WALBatchInterval: 40 * time.Millisecond, WALBatchMax: 1024},
+		HTTP:      HTTP{Listen: "127.0.0.1:9464", Board: true},
+		Limits:    Limits{MaxCouriers: 200_000},
+		Log:       Log{Level: "info"},
 	}
 }
 
@@ -147,12 +148,13 @@ func TestLoad_Testdata(t *testing.T) {
 			Size: 10 * time.Minute, Slide: 2 * time.Minute, Gap: 4 * time.Minute,
 			ToleratedDelay: 90 * time.Second, IdleTimeout: 0, MaxFutureSkew: 2 * time.Minute, RestoreTTL: 24 * time.Hour,
 		},
-		Distance: Distance{MinMoveM: 15, MaxSpeedKmh: 120, StoppedBelowM: 80},
-		Geo:      Geo{H3Resolution: 8},
-		State:    State{Dir: "./state/valencia", CheckpointInterval: 30 * time.Second, WALSync: "always", WALBatchInterval: 40 * time.Millisecond, WALBatchMax: 1024},
-		HTTP:     HTTP{Listen: "127.0.0.1:9465", Board: false, BoardTiles: "http://tiles.valencia.lan/{z}/{x}/{y}.png", Pprof: true},
-		Limits:   Limits{MaxCouriers: 200_000},
-		Log:      Log{Level: "debug"},
+		Distance:  Distance{MinMoveM: 15, MaxSpeedKmh: 120, StoppedBelowM: 80},
+		Geo:       Geo{H3Resolution: 8},
+		DeadZones: DeadZones{Window: 30 * time.Minute, H3Resolution: 7, MaxCells: 500},
+		State:     State{Dir: "./state/valencia", CheckpointInterval: 30 * time.Second, WALSync: "always", WALBatchInterval: 40 * time.Millisecond, WALBatchMax: 1024},
+		HTTP:      HTTP{Listen: "127.0.0.1:9465", Board: false, BoardTiles: "http://tiles.valencia.lan/{z}/{x}/{y}.png", Pprof: true},
+		Limits:    Limits{MaxCouriers: 200_000},
+		Log:       Log{Level: "debug"},
 	}
 	for _, tt := range []struct {
 		file string

@@ -138,6 +138,11 @@ func (d *decoder) decode(r io.Reader, c *Config) {
 		{"geo", d.section([]field{
 			{"h3_resolution", d.int(&c.Geo.H3Resolution)},
 		})},
+		{"dead_zones", d.section([]field{
+			{"window", d.duration(&c.DeadZones.Window)},
+			{"h3_resolution", d.int(&c.DeadZones.H3Resolution)},
+			{"max_cells", d.int(&c.DeadZones.MaxCells)},
+		})},
 		{"state", d.section([]field{
 			{"dir", d.str(&c.State.Dir)},
 			{"checkpoint_interval", d.duration(&c.State.CheckpointInterval)},

@@ -34,6 +34,9 @@ const (
 
 	// DefaultMaxCouriers is limits.max_couriers, the contract's.
 	DefaultMaxCouriers = 200_000
+	// DefaultDeadZoneCells is dead_zones.max_cells: a city's cells at
+	// resolution 8 number a few hundred.
+	DefaultDeadZoneCells = 10_000
 
 	// DefaultPartitions, DefaultPinTTL and DefaultReplicas are the
 	// jetstream section's.

@@ -66,6 +66,17 @@ func (c Config) validate() []*FieldError {
 	if r := c.Geo.H3Resolution; r < 0 || r > 15 {
 		v.add("geo.h3_resolution", strconv.Itoa(r), ErrOutOfRange, "must be between 0 and 15")
 	}
+	if z := c.DeadZones; z.Window != 0 {
+		if z.Window < 0 || z.Window%time.Millisecond != 0 {
+			v.add("dead_zones.window", z.Window.String(), ErrOutOfRange, "must be 0 (off) or a positive whole number of milliseconds")
+		}
+		if r := z.H3Resolution; r < 0 || r > 15 {
+			v.add("dead_zones.h3_resolution", strconv.Itoa(r), ErrOutOfRange, "must be between 0 and 15")
+		}
+		if z.MaxCells <= 0 {
+			v.add("dead_zones.max_cells", strconv.Itoa(z.MaxCells), ErrNotPositive, "must be positive")
+		}
+	}
 	if c.State.Dir == "" {
 		v.add("state.dir", "", ErrRequired, "")
 	}

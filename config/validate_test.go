@@ -119,6 +119,10 @@ func TestValidate_Rules(t *testing.T) {
 		// geo
 		{"h3 negative", m + "geo:\n  h3_resolution: -1\n", "geo.h3_resolution", ErrOutOfRange},
 		{"h3 16", m + "geo:\n  h3_resolution: 16\n", "geo.h3_resolution", ErrOutOfRange},
+		{"dead zone h3 16", m + "dead_zones:\n  h3_resolution: 16\n", "dead_zones.h3_resolution", ErrOutOfRange},
+		{"dead zone window negative", m + "dead_zones:\n  window: -1h\n", "dead_zones.window", ErrOutOfRange},
+		{"dead zone window of microseconds", m + "dead_zones:\n  window: 1500us\n", "dead_zones.window", ErrOutOfRange},
+		{"dead zone cells 0", m + "dead_zones:\n  max_cells: 0\n", "dead_zones.max_cells", ErrNotPositive},
 
 		// mqtt
 		{"mqtt url empty", m + "mqtt:\n  url: ''\n", "mqtt.url", ErrRequired},

@@ -13,13 +13,19 @@ import (
 )
 
 // SnapshotVersion is the format version of Checkpoint's snapshots. A
-// snapshot of another version is refused, never misread, except version
-// 2, which Restore still reads: it is version 3 without allowed lateness
-// (no windows.allowed_lateness in its fingerprint, no retained windows).
-const SnapshotVersion = 3
+// snapshot of another version is refused, never misread, except versions
+// 2 and 3, which Restore still reads: version 3 is version 4 without the
+// dead zones (no section after the header), and version 2 is version 3
+// without allowed lateness (no windows.allowed_lateness in its
+// fingerprint, no retained windows).
+const SnapshotVersion = 4
 
-// snapshotV2 is the last version before allowed lateness.
-const snapshotV2 = 2
+// snapshotV2 is the last version before allowed lateness, snapshotV3 the
+// last before dead zones.
+const (
+	snapshotV2 = 2
+	snapshotV3 = 3
+)
 
 var snapshotMagic = []byte("EDGEPROC-STATE\n")
 
@@ -64,6 +70,7 @@ func (e *Engine) Checkpoint(tag uint64, done func(snapshot [][]byte)) {
 // snapshotJob gathers one checkpoint's parts.
 type snapshotJob struct {
 	header []byte
+	zones  []byte   // the dead zones' state, written by the merger
 	parts  [][]byte // by shard, each written only by its shard
 	left   atomic.Int32
 	done   func([][]byte)
@@ -81,7 +88,7 @@ func (j *snapshotJob) arrive() {
 	j.wg.Add(1)
 	go func() {
 		defer j.wg.Done()
-		j.done(append([][]byte{j.header}, j.parts...))
+		j.done(append([][]byte{j.header, j.zones}, j.parts...))
 	}()
 }
 
@@ -197,8 +204,8 @@ func Restore(cfg Config, sink Sink, snapshot []byte) (*Engine, uint64, error) {
 	}
 	r := wire.NewReader(snapshot[len(snapshotMagic):])
 	version := r.Uint()
-	if r.Err() == nil && version != SnapshotVersion && version != snapshotV2 {
-		return nil, 0, fmt.Errorf("%w: version %d, this edgeproc reads versions %d and %d", ErrSnapshotVersion, version, snapshotV2, SnapshotVersion)
+	if r.Err() == nil && version != SnapshotVersion && version != snapshotV3 && version != snapshotV2 {
+		return nil, 0, fmt.Errorf("%w: version %d, this edgeproc reads versions %d to %d", ErrSnapshotVersion, version, snapshotV2, SnapshotVersion)
 	}
 	if m := r.String(); r.Err() == nil && m != cfg.Market {
 		return nil, 0, fmt.Errorf("%w: market %q, configured %q", ErrSnapshotConfig, m, cfg.Market)
@@ -232,6 +239,12 @@ func Restore(cfg Config, sink Sink, snapshot []byte) (*Engine, uint64, error) {
 	for _, s := range e.shards {
 		s.wm = w.WM
 		s.stats.watermark.Store(w.WM)
+	}
+	if version >= 4 {
+		if err := e.zones.readState(r); err != nil {
+			e.Stop()
+			return nil, 0, fmt.Errorf("%w: dead zones: %v", ErrSnapshotCorrupt, err)
+		}
 	}
 	for r.Len() > 0 && r.Err() == nil {
 		n := r.Count(4)

@@ -55,22 +55,33 @@ func smallFleet(seed int64) []Input {
 // so that tracking, forgetting and eviction carry across the restore.
 //
 // Seeds 5 and 6 allow 2 minutes of lateness: retained windows and their
-// revision numbers carry across the restore too.
+// revision numbers carry across the restore too. Seeds 7 and 8 count dead
+// zones over 5-minute windows (8 with at most 2 cells a window): their
+// warnings, restores and open silences carry across.
 func TestCheckpoint_RestoreContinuesExactly(t *testing.T) {
-	for seed := int64(1); seed <= 6; seed++ {
+	for seed := int64(1); seed <= 8; seed++ {
 		ins := smallFleet(seed)
 		cfg := benchConfig(2)
 		cfg.IdleTimeout = 20_000
 		if seed%2 == 1 {
 			cfg.MaxCouriers, cfg.RestoreTTL = 15, cfg.Size
 		}
-		if seed > 4 {
+		if seed > 6 {
+			cfg.DeadZoneWindow, cfg.DeadZoneResolution = 300_000, 8
+			if seed == 8 {
+				cfg.DeadZoneCells = 2
+			}
+		}
+		if seed > 4 && seed <= 6 {
 			cfg.AllowedLateness = 120_000
 			cfg.RestoreTTL = max(cfg.RestoreTTL, cfg.Size+cfg.AllowedLateness)
 		}
 		want := runAll(cfg, ins)
 		if revised := bytes.Contains(want, []byte(`"revision":`)); revised != (cfg.AllowedLateness > 0) {
 			t.Fatalf("seed %d: revisions in the output %v, allowed lateness %d", seed, revised, cfg.AllowedLateness)
+		}
+		if zoned := bytes.Contains(want, []byte(`"type":"dead_zone"`)); zoned != (cfg.DeadZoneWindow > 0) {
+			t.Fatalf("seed %d: dead zones in the output %v, window %d", seed, zoned, cfg.DeadZoneWindow)
 		}
 		r := rand.New(rand.NewPCG(uint64(seed), 3))
 		for trial := 0; trial < 3; trial++ {
@@ -107,50 +118,64 @@ func TestCheckpoint_RestoreContinuesExactly(t *testing.T) {
 	}
 }
 
-// TestRestore_ReadsVersion2 restores a snapshot written by the last
-// build before allowed lateness (testdata/snapshot-v2.bin: benchConfig(2)
-// with a 20 s idle timeout after smallFleet(9)[:2000], tag 7) and requires
-// the run to go on exactly as an uninterrupted one; under another allowed
-// lateness it is refused, as a snapshot of other windows.
-func TestRestore_ReadsVersion2(t *testing.T) {
-	snap, err := os.ReadFile("testdata/snapshot-v2.bin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := benchConfig(2)
-	cfg.IdleTimeout = 20_000
-	ins := smallFleet(9)
-	const cut = 2000
-	want := runAll(cfg, ins)
-	var got []byte
-	sink := func(rs []result.Record) { got = append(got, encode(rs)...) }
-	a := New(cfg, sink)
-	for i := range ins[:cut] {
-		a.Push(&ins[i])
-	}
-	a.Checkpoint(cut, func([][]byte) {}) // the results of every input pushed reach the sink
-	a.Stop()
-	b, tag, err := Restore(cfg, sink, snap)
-	if err != nil {
-		t.Fatalf("restore version 2: %v", err)
-	}
-	if tag != 7 {
-		t.Fatalf("got tag %d, want 7", tag)
-	}
-	for i := cut; i < len(ins); i++ {
-		b.Push(&ins[i])
-	}
-	b.EndOfInput()
-	if !bytes.Equal(got, want) {
-		t.Fatalf("restored from version 2: output differs from an uninterrupted run")
-	}
-	late := cfg
-	late.AllowedLateness = 60_000
-	if e, _, err := Restore(late, func([]result.Record) {}, snap); !errors.Is(err, ErrSnapshotConfig) || !strings.Contains(err.Error(), "windows.allowed_lateness") {
-		if e != nil {
-			e.Stop()
-		}
-		t.Fatalf("version 2 under allowed lateness: got %v, want %v naming windows.allowed_lateness", err, ErrSnapshotConfig)
+// TestRestore_ReadsOlderVersions restores snapshots written by earlier
+// builds: testdata/snapshot-v2.bin by the last build before allowed
+// lateness (benchConfig(2) with a 20 s idle timeout after
+// smallFleet(9)[:2000], tag 7), testdata/snapshot-v3.bin by the last one
+// before dead zones (the same with allowed_lateness 2m, so with retained
+// windows). Each run must go on exactly as an uninterrupted one; version
+// 2 under another allowed lateness is refused, as a snapshot of other
+// windows.
+func TestRestore_ReadsOlderVersions(t *testing.T) {
+	for _, c := range []struct {
+		file     string
+		lateness int64
+	}{{"testdata/snapshot-v2.bin", 0}, {"testdata/snapshot-v3.bin", 120_000}} {
+		t.Run(c.file, func(t *testing.T) {
+			snap, err := os.ReadFile(c.file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := benchConfig(2)
+			cfg.IdleTimeout = 20_000
+			cfg.AllowedLateness = c.lateness
+			ins := smallFleet(9)
+			const cut = 2000
+			want := runAll(cfg, ins)
+			var got []byte
+			sink := func(rs []result.Record) { got = append(got, encode(rs)...) }
+			a := New(cfg, sink)
+			for i := range ins[:cut] {
+				a.Push(&ins[i])
+			}
+			a.Checkpoint(cut, func([][]byte) {}) // the results of every input pushed reach the sink
+			a.Stop()
+			b, tag, err := Restore(cfg, sink, snap)
+			if err != nil {
+				t.Fatalf("restore: %v", err)
+			}
+			if tag != 7 {
+				t.Fatalf("got tag %d, want 7", tag)
+			}
+			for i := cut; i < len(ins); i++ {
+				b.Push(&ins[i])
+			}
+			b.EndOfInput()
+			if !bytes.Equal(got, want) {
+				t.Fatalf("restored: output differs from an uninterrupted run")
+			}
+			if c.lateness > 0 {
+				return
+			}
+			late := cfg
+			late.AllowedLateness = 60_000
+			if e, _, err := Restore(late, func([]result.Record) {}, snap); !errors.Is(err, ErrSnapshotConfig) || !strings.Contains(err.Error(), "windows.allowed_lateness") {
+				if e != nil {
+					e.Stop()
+				}
+				t.Fatalf("version 2 under allowed lateness: got %v, want %v naming windows.allowed_lateness", err, ErrSnapshotConfig)
+			}
+		})
 	}
 }
 
@@ -202,8 +227,9 @@ func TestRestore_RefusesForeignSnapshots(t *testing.T) {
 }
 
 // FuzzRestore: no snapshot, however damaged, makes Restore panic, under
-// either configuration: without allowed lateness (version 2 snapshots
-// restore there too) and with it (retained windows in the state).
+// each configuration: without allowed lateness (version 2 snapshots
+// restore there too), with it (retained windows in the state) and with
+// dead zones (their counts in the state).
 func FuzzRestore(f *testing.F) {
 	cfg := benchConfig(1)
 	late := cfg
@@ -213,11 +239,16 @@ func FuzzRestore(f *testing.F) {
 	f.Add(snap)
 	f.Add(snap[:len(snap)/2])
 	f.Add(snapshotOf(&testing.T{}, late, ins))
-	if v2, err := os.ReadFile("testdata/snapshot-v2.bin"); err == nil {
-		f.Add(v2)
+	zoned := cfg
+	zoned.DeadZoneWindow, zoned.DeadZoneResolution = 300_000, 8
+	f.Add(snapshotOf(&testing.T{}, zoned, smallFleet(7)))
+	for _, v := range []string{"testdata/snapshot-v2.bin", "testdata/snapshot-v3.bin"} {
+		if old, err := os.ReadFile(v); err == nil {
+			f.Add(old)
+		}
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		for _, c := range []Config{cfg, late} {
+		for _, c := range []Config{cfg, late, zoned} {
 			e, _, err := Restore(c, func([]result.Record) {}, b)
 			if err == nil {
 				e.Stop()

@@ -22,5 +22,8 @@ func ConfigFrom(c config.Config) Config {
 		Filter:        geo.Filter{MinMoveM: c.Distance.MinMoveM, MaxSpeedKmh: c.Distance.MaxSpeedKmh},
 		StoppedBelowM: c.Distance.StoppedBelowM,
 		H3Resolution:  c.Geo.H3Resolution,
+
+		DeadZoneWindow: c.DeadZones.Window.Milliseconds(), DeadZoneResolution: c.DeadZones.H3Resolution,
+		DeadZoneCells: c.DeadZones.MaxCells,
 	}
 }

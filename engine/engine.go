@@ -24,6 +24,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/geo"
 	"github.com/km0/edgeproc/internal/tmath"
 	"github.com/km0/edgeproc/position"
@@ -75,6 +76,13 @@ type Config struct {
 	// partition every pull wait, so a longer gap in the stream is time
 	// nobody could write (an outage, no owner). 0: only Listen says so.
 	DeafGap int64
+	// DeadZoneWindow, when > 0, counts no_signal warnings by the H3 cell
+	// of resolution DeadZoneResolution of their last position over
+	// tumbling windows of that length (docs/semantics.md, Dead zones), at
+	// most DeadZoneCells cells a window (default 10000). 0: off.
+	DeadZoneWindow     int64
+	DeadZoneResolution int
+	DeadZoneCells      int
 	// OnForget, when set, is called from the sequencer with every courier
 	// that stops being tracked: forgotten after RestoreTTL, or evicted to
 	// make room at MaxCouriers. Like OnPosition, it must not block.
@@ -114,6 +122,7 @@ type Engine struct {
 	items  int64 // inputs pushed so far
 
 	shards []*shard
+	zones  *zones // nil: dead zones off; the merger's
 	free   chan *chunk
 	merge  chan *chunk
 	cur    *chunk
@@ -149,6 +158,9 @@ func New(cfg Config, sink Sink) *Engine {
 	if cfg.MaxCouriers <= 0 {
 		cfg.MaxCouriers = DefaultMaxCouriers
 	}
+	if cfg.DeadZoneCells <= 0 {
+		cfg.DeadZoneCells = config.DefaultDeadZoneCells
+	}
 	idle := max(tmath.Add(cfg.Size, cfg.AllowedLateness), cfg.Gap)
 	spec := window.NewSpec(cfg.Size, cfg.Slide)
 	spec.Lateness = cfg.AllowedLateness
@@ -160,6 +172,7 @@ func New(cfg Config, sink Sink) *Engine {
 		},
 		wm:    watermark.New(cfg.ToleratedDelay, cfg.IdleTimeout, cfg.MaxFutureSkew),
 		track: newTracker(cfg.MaxCouriers, max(cfg.RestoreTTL, idle), idle, cfg.Shards),
+		zones: newZones(&cfg),
 		free:  make(chan *chunk, inFlight),
 		merge: make(chan *chunk, inFlight),
 	}
@@ -453,12 +466,16 @@ func (e *Engine) runMerger(sink Sink) {
 			out = append(out, c.out[s.id]...)
 		}
 		sortRecords(out)
+		if e.zones != nil {
+			out = e.zones.apply(out, c.steps)
+		}
 		if len(out) > 0 {
 			sink(out)
 		}
 		clear(out)
 		out = trim(out)
 		if c.ckpt != nil {
+			c.ckpt.zones = e.zones.appendState(nil)
 			c.ckpt.arrive() // every result of the inputs before the barrier is out
 		}
 		c.reset()
@@ -495,8 +512,11 @@ type Stats struct {
 	Couriers             int64            // tracked couriers (with state in a shard)
 	// Evicted counts couriers forgotten to make room for a new one at
 	// MaxCouriers (those refused are Rejected["courier_limit"]).
-	Evicted   int64
-	Watermark int64
+	Evicted int64
+	// DeadZoneRefused counts no_signal warnings not counted in a dead
+	// zone: their window had DeadZoneCells cells already.
+	DeadZoneRefused int64
+	Watermark       int64
 	// InFlight is how many chunks of inputs are between the sequencer and
 	// the sink, out of InFlightMax: at the maximum, Push blocks.
 	InFlight, InFlightMax int
@@ -523,6 +543,10 @@ func (e *Engine) Stats() Stats {
 		for _, t := range result.Types[:result.Rejected] {
 			st.Results[t.String()] += s.stats.results[t].Load()
 		}
+	}
+	if e.zones != nil {
+		st.Results[result.DeadZone.String()] = e.zones.fired.Load()
+		st.DeadZoneRefused = e.zones.refused.Load()
 	}
 	st.InFlight, st.InFlightMax = inFlight-len(e.free), inFlight
 	st.Watermark = tmath.Never

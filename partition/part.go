@@ -118,6 +118,9 @@ func EngineConfig(cfg config.Config, n int) engine.Config {
 	ecfg := engine.ConfigFrom(cfg)
 	subject := cfg.JetStream.PartitionSubject(n)
 	ecfg.Topic = natsToMQTT(subject[:len(subject)-1]) + "+"
+	// A partition's engine sees its own couriers only: its dead zones
+	// would be a part of the market's, under the market's keys.
+	ecfg.DeadZoneWindow = 0
 	if cfg.Windows.IdleTimeout > 0 {
 		ecfg.DeafGap = deafGap(cfg.JetStream).Milliseconds()
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/engine"
 	"github.com/km0/edgeproc/fleet"
 	"github.com/km0/edgeproc/geo"
@@ -27,7 +28,9 @@ func refParams(c engine.Config) reference.Params {
 		IdleTimeoutMs: c.IdleTimeout, FutureSkewMs: c.MaxFutureSkew, RestoreTTLMs: c.RestoreTTL,
 		MaxCouriers: cmp.Or(c.MaxCouriers, engine.DefaultMaxCouriers),
 		MinMoveM:    c.Filter.MinMoveM, MaxSpeedKmh: c.Filter.MaxSpeedKmh, StoppedBelowM: c.StoppedBelowM,
-		H3Resolution: c.H3Resolution,
+		H3Resolution:     c.H3Resolution,
+		DeadZoneWindowMs: c.DeadZoneWindow, DeadZoneRes: c.DeadZoneResolution,
+		DeadZoneMaxCells: cmp.Or(c.DeadZoneCells, config.DefaultDeadZoneCells),
 	}
 }
 
@@ -92,10 +95,20 @@ func canonAll(t *testing.T, ms []map[string]any) []rec {
 // revisions.
 func compare(t *testing.T, name string, c engine.Config, input []byte) (revisions int) {
 	t.Helper()
+	revisions, _ = compareCounts(t, name, c, input)
+	return revisions
+}
+
+// compareCounts is compare, and it also counts the dead zones.
+func compareCounts(t *testing.T, name string, c engine.Config, input []byte) (revisions, zones int) {
+	t.Helper()
 	got, raw := replayRecords(t, c, input)
 	for _, m := range got {
 		if _, ok := m["revision"]; ok {
 			revisions++
+		}
+		if m["type"] == "dead_zone" {
+			zones++
 		}
 	}
 	want := reference.Run(refParams(c), input)
@@ -129,7 +142,7 @@ func compare(t *testing.T, name string, c engine.Config, input []byte) (revision
 			t.Fatalf("%s: output with %d shards differs from %d shards", name, n, c.Shards)
 		}
 	}
-	return revisions
+	return revisions, zones
 }
 
 func join(s []string) string {
@@ -179,6 +192,11 @@ func randomConfig(r *rand.Rand) engine.Config {
 	}
 	if r.IntN(2) == 0 {
 		c.Filter = geo.Filter{MinMoveM: float64(r.IntN(30)), MaxSpeedKmh: float64(20 + r.IntN(100))}
+	}
+	if r.IntN(3) > 0 { // dead zones: windows of a few gaps, coarse to fine cells, few of them
+		c.DeadZoneWindow = int64(1+r.IntN(6)) * 10_000
+		c.DeadZoneResolution = []int{0, 3, 8, 12}[r.IntN(4)]
+		c.DeadZoneCells = 1 + r.IntN(3)
 	}
 	return c
 }
@@ -271,18 +289,22 @@ func TestReplay_MatchesReference_Random(t *testing.T) {
 	if testing.Short() {
 		seeds = 50
 	}
-	revised := 0 // inputs with revisions
+	revised, zoned := 0, 0 // inputs with revisions, with dead zones
 	for seed := 0; seed < seeds; seed++ {
 		r := rand.New(rand.NewPCG(uint64(seed), 7))
 		c := randomConfig(r)
-		if compare(t, fmt.Sprintf("seed %d config %+v", seed, c), c, randomInput(r, 50+r.IntN(400))) > 0 {
+		rev, zones := compareCounts(t, fmt.Sprintf("seed %d config %+v", seed, c), c, randomInput(r, 50+r.IntN(400)))
+		if rev > 0 {
 			revised++
 		}
+		if zones > 0 {
+			zoned++
+		}
 	}
-	if revised < seeds/10 {
-		t.Errorf("only %d of %d inputs gave revisions; the inputs are meant to exercise allowed lateness", revised, seeds)
+	if revised < seeds/10 || zoned < seeds/4 {
+		t.Errorf("%d of %d inputs gave revisions, %d dead zones; the inputs are meant to exercise allowed lateness and dead zones", revised, seeds, zoned)
 	}
-	t.Logf("%d of %d inputs gave revisions", revised, seeds)
+	t.Logf("%d of %d inputs gave revisions, %d dead zones", revised, seeds, zoned)
 }
 
 func TestReplay_MatchesReference_Fleet(t *testing.T) {

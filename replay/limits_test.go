@@ -270,6 +270,7 @@ func TestReplay_ContractBoundaries(t *testing.T) {
 		},
 	}
 	cases = append(cases, latenessCases()...)
+	cases = append(cases, deadZoneCases()...)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			c := cfg()

@@ -20,15 +20,18 @@ const (
 	SignalRestored
 	Late
 	Rejected
+	// DeadZone is a market's no_signal warnings in one H3 cell over one
+	// event-time window (docs/semantics.md, Dead zones): no courier.
+	DeadZone
 )
 
-var typeText = [...]string{"distance", "no_signal", "signal_restored", "late", "rejected"}
+var typeText = [...]string{"distance", "no_signal", "signal_restored", "late", "rejected", "dead_zone"}
 
 // String returns the contract's type name.
 func (t Type) String() string { return typeText[t] }
 
 // Types lists every record type, for metrics and summaries.
-var Types = [...]Type{Distance, NoSignal, SignalRestored, Late, Rejected}
+var Types = [...]Type{Distance, NoSignal, SignalRestored, Late, Rejected, DeadZone}
 
 // Operator is the operator a late record was late for.
 type Operator uint8
@@ -79,7 +82,7 @@ type Record struct {
 	// false). JSON "insufficient_evidence", present only when true.
 	InsufficientEvidence bool
 	Lat, Lon             float64 // NoSignal: the session's latest position
-	Cell                 h3.Cell // Distance, NoSignal
+	Cell                 h3.Cell // Distance, NoSignal, DeadZone
 	EndOfInput           bool    // NoSignal
 
 	SilentFrom, RestoredAt int64 // SignalRestored
@@ -88,9 +91,22 @@ type Record struct {
 	TS        int64    // Late: the position's timestamp_ms
 	Watermark int64    // Late: the watermark it was judged against
 
+	Zone *Zone // DeadZone: Start and End are the window, Cell the cell
+
 	Reason string // Rejected
 	Raw    []byte // Rejected: the payload, at most RawLimit bytes
 	Line   int64  // Rejected: line of a replay file, or position in the log
+}
+
+// Zone is what a dead_zone result counts: the no_signal warnings whose
+// last_seen_ms falls in its window and whose last position is in its
+// cell, the distinct couriers they were for, and the silences that had
+// ended (a signal_restored) when it fired.
+type Zone struct {
+	Warnings, Couriers, Restored int
+	// SilenceMs and LongestMs are the sum and the longest of the restored
+	// warnings' gap_ms.
+	SilenceMs, LongestMs int64
 }
 
 // RawLimit is how much of a rejected payload is kept (1 KiB).
@@ -126,7 +142,10 @@ func Less(a, b *Record) bool {
 	if x.Rank != y.Rank {
 		return x.Rank < y.Rank
 	}
-	return a.Start < b.Start
+	if a.Start != b.Start {
+		return a.Start < b.Start
+	}
+	return a.Cell < b.Cell // dead zones of one window
 }
 
 // AppendKey appends the record's idempotency key (contract §4).
@@ -138,6 +157,10 @@ func (r *Record) AppendKey(dst []byte) []byte {
 	switch r.Type {
 	case Rejected:
 		return strconv.AppendInt(dst, r.Line, 10)
+	case DeadZone:
+		dst = strconv.AppendUint(dst, uint64(r.Cell), 16)
+		dst = append(dst, '|')
+		return strconv.AppendInt(dst, r.Start, 10)
 	case Distance, NoSignal:
 		dst = append(dst, r.Courier...)
 		dst = append(dst, '|')
@@ -175,7 +198,7 @@ func (r *Record) AppendJSON(dst []byte) []byte {
 	dst = append(dst, r.Type.String()...)
 	dst = append(dst, `","market":"`...)
 	dst = append(dst, r.Market...)
-	if r.Type != Rejected {
+	if r.Type != Rejected && r.Type != DeadZone {
 		dst = append(dst, `","courier":"`...)
 		dst = append(dst, r.Courier...)
 	}
@@ -217,6 +240,17 @@ func (r *Record) AppendJSON(dst []byte) []byte {
 		dst = appendInt(dst, "timestamp_ms", r.TS)
 		dst = appendInt(dst, "watermark_ms", r.Watermark)
 		dst = appendInt(dst, "lateness_ms", r.Watermark-r.TS)
+	case DeadZone:
+		z := r.Zone
+		dst = appendInt(dst, "window_start_ms", r.Start)
+		dst = appendInt(dst, "window_end_ms", r.End)
+		dst = appendCell(dst, r.Cell)
+		dst = appendInt(dst, "warnings", int64(z.Warnings))
+		dst = appendInt(dst, "couriers", int64(z.Couriers))
+		dst = appendInt(dst, "restored", int64(z.Restored))
+		dst = appendInt(dst, "open", int64(z.Warnings-z.Restored))
+		dst = appendInt(dst, "silence_ms", z.SilenceMs)
+		dst = appendInt(dst, "longest_silence_ms", z.LongestMs)
 	case Rejected:
 		dst = append(dst, `,"reason":"`...)
 		dst = append(dst, r.Reason...)

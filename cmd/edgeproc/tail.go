@@ -24,7 +24,7 @@ import (
 
 // tailTypes are what tail can follow: the result types and the courier
 // states of the key-value bucket.
-var tailTypes = []string{bridge.KindDistance, bridge.KindNoSignal, bridge.KindSignalRestored, bridge.KindLate, bridge.KindRejected, "courier"}
+var tailTypes = []string{bridge.KindDistance, bridge.KindNoSignal, bridge.KindSignalRestored, bridge.KindLate, bridge.KindRejected, bridge.KindDeadZone, "courier"}
 
 // stringList collects a repeated or comma-separated flag.
 type stringList []string

@@ -52,7 +52,7 @@ func TestTail_ReadsResultsAndCourierStates(t *testing.T) {
 
 	// JSON: the published records exactly, in stream order.
 	code, out, errs := runCLI(t, "tail", "--nats", srv.URL(), "--market", "girona", "--since", "1h", "--json",
-		"--type", "distance,no_signal,signal_restored,late,rejected", "--count", strconv.Itoa(len(published)))
+		"--type", "distance,no_signal,signal_restored,late,rejected,dead_zone", "--count", strconv.Itoa(len(published)))
 	if code != 0 {
 		t.Fatalf("tail: exit %d: %s", code, errs)
 	}
@@ -64,6 +64,12 @@ func TestTail_ReadsResultsAndCourierStates(t *testing.T) {
 	code, out, errs = runCLI(t, "tail", "--nats", srv.URL(), "--market", "girona", "--since", "1h", "--type", "no_signal", "--count", "2")
 	if code != 0 || strings.Count(out, "no_signal") != 2 || strings.Count(out, "van-3") != 2 || !strings.Contains(out, "end of input") {
 		t.Errorf("tail --type no_signal: exit %d, stdout:\n%s\nstderr: %s", code, out, errs)
+	}
+
+	// A dead zone: its cell and figures, no courier.
+	code, out, errs = runCLI(t, "tail", "--nats", srv.URL(), "--market", "girona", "--since", "1h", "--type", "dead_zone", "--count", "1")
+	if code != 0 || !strings.Contains(out, "cell 883945cadbfffff  1 no_signal of 1 couriers, 1 back after 1m5s") {
+		t.Errorf("tail --type dead_zone: exit %d, stdout:\n%s\nstderr: %s", code, out, errs)
 	}
 
 	// Two types that no single server-side filter covers: filtered here.

@@ -29,6 +29,7 @@ func (pr *processor) advance(cand *big.Int, emittedAt int64) {
 	pr.fire(emittedAt, nil)
 	pr.drop()
 	pr.forget()
+	pr.fireZones(emittedAt)
 }
 
 // flush is the end of input: the watermark goes to +infinity and everything
@@ -50,6 +51,7 @@ func (pr *processor) flush() {
 		}
 	}
 	pr.fire(pr.now(), latest)
+	pr.fireZones(pr.now())
 }
 
 // fire emits, in order of firing time, courier, then kind, every window and
@@ -289,11 +291,14 @@ func (pr *processor) emitNoSignal(c *courierState, s *session, endOfInput bool, 
 	}
 	if endOfInput {
 		rec["end_of_input"] = true
+	} else {
+		pr.zoneWarn(c.name, s.last)
 	}
 	pr.emit(rec)
 }
 
 func (pr *processor) emitRestored(c *courierState, silentFrom, restoredAt, emittedAt int64) {
+	pr.zoneRestore(c.name, silentFrom, restoredAt)
 	pr.emit(map[string]any{
 		"type":           "signal_restored",
 		"courier":        c.name,

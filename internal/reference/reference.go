@@ -55,6 +55,12 @@ type Params struct {
 	StoppedBelowM float64
 	// H3Resolution is the resolution of every "cell" field (0–15).
 	H3Resolution int
+	// DeadZoneWindowMs, when > 0, counts no_signal warnings in dead zones:
+	// tumbling windows of that length, cells of resolution DeadZoneRes,
+	// at most DeadZoneMaxCells cells a window (must then be > 0).
+	DeadZoneWindowMs int64
+	DeadZoneRes      int
+	DeadZoneMaxCells int
 }
 
 func (p Params) validate() error {
@@ -77,6 +83,8 @@ func (p Params) validate() error {
 		return fmt.Errorf("RestoreTTLMs %d: must be >= max(SizeMs + AllowedLatenessMs, GapMs)", p.RestoreTTLMs)
 	case p.MaxCouriers <= 0:
 		return fmt.Errorf("MaxCouriers %d: must be > 0", p.MaxCouriers)
+	case p.DeadZoneWindowMs < 0 || p.DeadZoneWindowMs > 0 && p.DeadZoneMaxCells <= 0:
+		return fmt.Errorf("DeadZoneWindowMs %d, DeadZoneMaxCells %d: the window must be >= 0, the cells > 0", p.DeadZoneWindowMs, p.DeadZoneMaxCells)
 	}
 	return nil
 }
@@ -139,6 +147,8 @@ type processor struct {
 	// tracked maps every tracked courier to its latest: the largest
 	// timestamp_ms of its valid positions since it was first tracked.
 	tracked map[string]int64
+
+	zones deadZones
 }
 
 // position is one valid, non-duplicate input position.

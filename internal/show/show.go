@@ -38,6 +38,11 @@ type Record struct {
 	Lateness   int64   `json:"lateness_ms"`
 	Reason     string  `json:"reason"`
 	Raw        string  `json:"raw"`
+	Cell       string  `json:"cell"`
+	Warnings   int     `json:"warnings"`
+	Couriers   int     `json:"couriers"`
+	Restored   int     `json:"restored"`
+	SilenceMs  int64   `json:"silence_ms"`
 }
 
 // Decode parses one published record. A rejected input carries no courier
@@ -119,6 +124,8 @@ func (p Printer) Line(r Record) string {
 		colour = ansiMagenta
 	case "rejected":
 		colour = ansiYellow
+	case "dead_zone":
+		colour = ansiRed
 	}
 	b.WriteString(p.Paint(colour, fmt.Sprintf("%-15s", r.Type)))
 	courier := r.Courier
@@ -149,6 +156,9 @@ func (p Printer) Line(r Record) string {
 		fmt.Fprintf(&b, "back after %s of silence", Duration(r.GapMs))
 	case "late":
 		fmt.Fprintf(&b, "%s late for %s", Duration(r.Lateness), r.Operator)
+	case "dead_zone":
+		fmt.Fprintf(&b, "cell %s  %d no_signal of %d couriers, %d back after %s in all  window %s-%s",
+			r.Cell, r.Warnings, r.Couriers, r.Restored, Duration(r.SilenceMs), p.Clock(r.WinStart), p.Clock(r.WinEnd))
 	case "rejected":
 		raw := r.Raw
 		if len(raw) > RawShown {

@@ -1,0 +1,273 @@
+package engine
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"sync/atomic"
+
+	"github.com/km0/edgeproc/geo"
+	"github.com/km0/edgeproc/internal/tmath"
+	"github.com/km0/edgeproc/internal/wire"
+	"github.com/km0/edgeproc/result"
+	"github.com/uber/h3-go/v4"
+)
+
+// zones counts a market's no_signal warnings by H3 cell and tumbling
+// event-time window: its dead zones (docs/semantics.md, Dead zones). It
+// reads the merged results, so it sees every courier's warnings whatever
+// shard emitted them; the merger's goroutine owns it.
+//
+// It works from the records alone, in their output order, and from the
+// chunk's watermark steps: a window's warnings and restores are those of
+// the records up to the step that fires it, the same for any shard count.
+type zones struct {
+	market   string
+	window   int64 // ms; > 0
+	res      int
+	gap      int64
+	maxCells int
+
+	buckets map[zoneKey]*zoneBucket
+	cells   map[int64]int // cells per window start, for maxCells
+	// open is each courier's warning counted in an unfired window and
+	// not restored yet: a courier has at most one (its next session
+	// restores it before it can close again).
+	open map[string]openWarning
+
+	refused, fired atomic.Int64
+}
+
+type zoneKey struct {
+	start int64
+	cell  h3.Cell
+}
+
+type zoneBucket struct {
+	result.Zone
+	couriers map[string]struct{}
+}
+
+type openWarning struct {
+	key      zoneKey
+	lastSeen int64
+}
+
+func newZones(cfg *Config) *zones {
+	if cfg.DeadZoneWindow <= 0 {
+		return nil
+	}
+	return &zones{
+		market: cfg.Market, window: cfg.DeadZoneWindow, res: cfg.DeadZoneResolution,
+		gap: cfg.Gap, maxCells: cfg.DeadZoneCells,
+		buckets: map[zoneKey]*zoneBucket{}, cells: map[int64]int{}, open: map[string]openWarning{},
+	}
+}
+
+// apply counts the warnings and restores among out (one chunk's results,
+// sorted) and appends the dead zones the chunk's steps fire: each step
+// fires after every record of its input and before the next input's.
+// It returns out, sorted.
+func (z *zones) apply(out []result.Record, steps []step) []result.Record {
+	n, j := len(out), 0
+	for i := 0; i < n; i++ {
+		r := &out[i]
+		for ; j < len(steps) && steps[j].seq < r.Order.Seq; j++ {
+			out = z.fire(out, steps[j])
+			r = &out[i] // out may have moved
+		}
+		switch r.Type {
+		case result.NoSignal:
+			if !r.EndOfInput { // nobody knows yet whether that courier went silent
+				z.warn(r)
+			}
+		case result.SignalRestored:
+			z.restore(r)
+		}
+	}
+	for ; j < len(steps); j++ {
+		out = z.fire(out, steps[j])
+	}
+	if len(out) > n {
+		sortRecords(out)
+	}
+	return out
+}
+
+func (z *zones) warn(r *result.Record) {
+	// The cell of the last position, looked up: a finer cell's parent is
+	// not always the cell of its points (H3's cells do not nest exactly).
+	k := zoneKey{start: tmath.FloorDiv(r.End, z.window) * z.window, cell: geo.Cell(r.Lat, r.Lon, z.res)}
+	b := z.buckets[k]
+	if b == nil {
+		if z.cells[k.start] >= z.maxCells {
+			z.refused.Add(1)
+			delete(z.open, r.Courier) // its restore finds nothing to count
+			return
+		}
+		z.cells[k.start]++
+		b = &zoneBucket{couriers: map[string]struct{}{}}
+		z.buckets[k] = b
+	}
+	b.Warnings++
+	if _, ok := b.couriers[r.Courier]; !ok {
+		b.couriers[r.Courier] = struct{}{}
+		b.Couriers++
+	}
+	z.open[r.Courier] = openWarning{key: k, lastSeen: r.End}
+}
+
+func (z *zones) restore(r *result.Record) {
+	o, ok := z.open[r.Courier]
+	if !ok || o.lastSeen != r.SilentFrom {
+		return
+	}
+	delete(z.open, r.Courier)
+	b := z.buckets[o.key]
+	gap := r.RestoredAt - r.SilentFrom
+	b.Restored++
+	b.SilenceMs += gap
+	b.LongestMs = max(b.LongestMs, gap)
+}
+
+// fire appends, in order of window and cell, every window whose end +
+// gap the step's watermark reached: by then every warning of the window
+// has been emitted (a no_signal fires when wm >= last_seen + gap).
+func (z *zones) fire(out []result.Record, st step) []result.Record {
+	var due []zoneKey
+	for k := range z.buckets {
+		if st.wm >= tmath.Add(tmath.Add(k.start, z.window), z.gap) {
+			due = append(due, k)
+		}
+	}
+	if len(due) == 0 {
+		return out
+	}
+	slices.SortFunc(due, func(a, b zoneKey) int {
+		if a.start != b.start {
+			return cmpInt(a.start, b.start)
+		}
+		return cmpInt(int64(a.cell), int64(b.cell))
+	})
+	for _, k := range due {
+		b := z.buckets[k]
+		zone := b.Zone
+		end := tmath.Add(k.start, z.window)
+		out = append(out, result.Record{
+			Type: result.DeadZone, Market: z.market, EmittedAt: st.clock,
+			Order: result.Order{Seq: st.seq, Phase: 2, At: end},
+			Start: k.start, End: end, Cell: k.cell, Zone: &zone,
+		})
+		for c := range b.couriers {
+			if o, ok := z.open[c]; ok && o.key == k {
+				delete(z.open, c)
+			}
+		}
+		delete(z.buckets, k)
+		if z.cells[k.start]--; z.cells[k.start] == 0 {
+			delete(z.cells, k.start)
+		}
+	}
+	z.fired.Add(int64(len(due)))
+	return out
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// appendState appends the dead zones' state for a checkpoint, with the
+// settings it was counted under: restored under others, it is dropped.
+func (z *zones) appendState(b []byte) []byte {
+	if z == nil {
+		return wire.AppendInt(b, 0)
+	}
+	b = wire.AppendInt(b, z.window)
+	b = wire.AppendInt(b, int64(z.res))
+	keys := make([]zoneKey, 0, len(z.buckets))
+	for k := range z.buckets {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		return keys[i].start < keys[j].start || keys[i].start == keys[j].start && keys[i].cell < keys[j].cell
+	})
+	b = wire.AppendUint(b, uint64(len(keys)))
+	for _, k := range keys {
+		bk := z.buckets[k]
+		b = wire.AppendInt(b, k.start)
+		b = wire.AppendUint(b, uint64(k.cell))
+		b = wire.AppendUint(b, uint64(bk.Warnings))
+		b = wire.AppendUint(b, uint64(bk.Restored))
+		b = wire.AppendInt(b, bk.SilenceMs)
+		b = wire.AppendInt(b, bk.LongestMs)
+		names := make([]string, 0, len(bk.couriers))
+		for c := range bk.couriers {
+			names = append(names, c)
+		}
+		sort.Strings(names)
+		b = wire.AppendUint(b, uint64(len(names)))
+		for _, c := range names {
+			b = wire.AppendString(b, c)
+			o, ok := z.open[c]
+			open := ok && o.key == k
+			b = wire.AppendBool(b, open)
+			if open {
+				b = wire.AppendInt(b, o.lastSeen)
+			}
+		}
+	}
+	return b
+}
+
+// readState restores what appendState wrote (z may be nil: dead zones
+// off, the section is read and dropped).
+func (z *zones) readState(r *wire.Reader) error {
+	window := r.Int()
+	if window == 0 {
+		return r.Err()
+	}
+	res := r.Int()
+	keep := z != nil && window == z.window && res == int64(z.res)
+	n := r.Count(8)
+	for i := 0; i < n && r.Err() == nil; i++ {
+		k := zoneKey{start: r.Int(), cell: h3.Cell(r.Uint())}
+		var bk zoneBucket
+		bk.Warnings, bk.Restored = int(min(r.Uint(), 1<<40)), int(min(r.Uint(), 1<<40))
+		bk.SilenceMs, bk.LongestMs = r.Int(), r.Int()
+		m := r.Count(2)
+		bk.couriers = make(map[string]struct{}, min(m, 1024))
+		for range m {
+			c := r.String()
+			if r.Err() != nil {
+				break
+			}
+			bk.couriers[c] = struct{}{}
+			if r.Bool() {
+				if last := r.Int(); keep {
+					z.open[c] = openWarning{key: k, lastSeen: last}
+				}
+			}
+		}
+		bk.Couriers = len(bk.couriers)
+		if r.Err() != nil {
+			break
+		}
+		if bk.Restored > bk.Warnings || bk.Couriers > bk.Warnings || bk.Couriers != m {
+			return fmt.Errorf("dead zone %x at %d: %d warnings, %d restored, %d couriers", uint64(k.cell), k.start, bk.Warnings, bk.Restored, m)
+		}
+		if keep {
+			if z.buckets[k] != nil {
+				return fmt.Errorf("dead zone %x at %d twice", uint64(k.cell), k.start)
+			}
+			z.buckets[k] = &bk
+			z.cells[k.start]++
+		}
+	}
+	return r.Err()
+}
