@@ -34,6 +34,10 @@ type zones struct {
 	// not restored yet: a courier has at most one (its next session
 	// restores it before it can close again).
 	open map[string]openWarning
+	// next is the watermark at which the earliest window fires
+	// (tmath.Forever: none open): a chunk has a watermark step for most
+	// of its positions, and most steps fire nothing.
+	next int64
 
 	refused, fired atomic.Int64
 }
@@ -61,6 +65,7 @@ func newZones(cfg *Config) *zones {
 		market: cfg.Market, window: cfg.DeadZoneWindow, res: cfg.DeadZoneResolution,
 		gap: cfg.Gap, maxCells: cfg.DeadZoneCells,
 		buckets: map[zoneKey]*zoneBucket{}, cells: map[int64]int{}, open: map[string]openWarning{},
+		next: tmath.Forever,
 	}
 }
 
@@ -105,9 +110,8 @@ func (z *zones) warn(r *result.Record) {
 			delete(z.open, r.Courier) // its restore finds nothing to count
 			return
 		}
-		z.cells[k.start]++
-		b = &zoneBucket{couriers: map[string]struct{}{}}
-		z.buckets[k] = b
+		z.add(k, &zoneBucket{couriers: map[string]struct{}{}})
+		b = z.buckets[k]
 	}
 	b.Warnings++
 	if _, ok := b.couriers[r.Courier]; !ok {
@@ -116,6 +120,15 @@ func (z *zones) warn(r *result.Record) {
 	}
 	z.open[r.Courier] = openWarning{key: k, lastSeen: r.End}
 }
+
+func (z *zones) add(k zoneKey, b *zoneBucket) {
+	z.buckets[k] = b
+	z.cells[k.start]++
+	z.next = min(z.next, z.due(k))
+}
+
+// due is the watermark at which k's window fires.
+func (z *zones) due(k zoneKey) int64 { return tmath.Add(tmath.Add(k.start, z.window), z.gap) }
 
 func (z *zones) restore(r *result.Record) {
 	o, ok := z.open[r.Courier]
@@ -134,14 +147,17 @@ func (z *zones) restore(r *result.Record) {
 // gap the step's watermark reached: by then every warning of the window
 // has been emitted (a no_signal fires when wm >= last_seen + gap).
 func (z *zones) fire(out []result.Record, st step) []result.Record {
-	var due []zoneKey
-	for k := range z.buckets {
-		if st.wm >= tmath.Add(tmath.Add(k.start, z.window), z.gap) {
-			due = append(due, k)
-		}
-	}
-	if len(due) == 0 {
+	if st.wm < z.next {
 		return out
+	}
+	var due []zoneKey
+	z.next = tmath.Forever
+	for k := range z.buckets {
+		if d := z.due(k); st.wm >= d {
+			due = append(due, k)
+		} else {
+			z.next = min(z.next, d)
+		}
 	}
 	slices.SortFunc(due, func(a, b zoneKey) int {
 		if a.start != b.start {
@@ -265,8 +281,7 @@ func (z *zones) readState(r *wire.Reader) error {
 			if z.buckets[k] != nil {
 				return fmt.Errorf("dead zone %x at %d twice", uint64(k.cell), k.start)
 			}
-			z.buckets[k] = &bk
-			z.cells[k.start]++
+			z.add(k, &bk)
 		}
 	}
 	return r.Err()
