@@ -76,6 +76,8 @@ const (
 	KindLate           = "late"
 	KindRejected       = "rejected"
 	KindDeadZone       = "dead_zone"
+	KindLeftArea       = "left_area"
+	KindEnteredArea    = "entered_area"
 )
 
 // ErrConfig is wrapped by every error Validate returns.

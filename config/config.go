@@ -7,10 +7,13 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/km0/edgeproc/geo"
 )
 
 // MaxFileSize is the largest configuration file Parse reads, in bytes.
@@ -285,6 +288,14 @@ type Geo struct {
 	// H3Resolution of the cell reported with results (yaml h3_resolution).
 	// Default 9 (~174 m edge); 0..15.
 	H3Resolution int
+	// ServiceArea is a GeoJSON file of the market's service area (yaml
+	// service_area; a Polygon or MultiPolygon, a Feature or a
+	// FeatureCollection of them), relative to the configuration file's
+	// directory unless absolute. Optional: without it no courier's side
+	// is tracked, and no position costs an H3 lookup for it.
+	ServiceArea string
+	// Area is ServiceArea as loaded (at geo.AreaResolution) by Parse.
+	Area *geo.Area
 }
 
 // DeadZones counts no_signal warnings by place (yaml key dead_zones; rules
@@ -465,6 +476,12 @@ func parse(r io.Reader, file string) (Config, map[string]int, error) {
 			fes = append(fes, fe)
 		}
 	}
+	if len(fes) == 0 && c.Geo.ServiceArea != "" {
+		if fe := c.loadArea(file); fe != nil {
+			fe.Line = d.lines[fe.Field]
+			fes = append(fes, fe)
+		}
+	}
 	if len(fes) > 0 {
 		for _, fe := range fes {
 			fe.File = file
@@ -472,6 +489,21 @@ func parse(r io.Reader, file string) (Config, map[string]int, error) {
 		return Config{}, nil, joinFieldErrors(fes)
 	}
 	return c, d.lines, nil
+}
+
+// loadArea loads geo.service_area, relative to the directory of file (the
+// configuration's) unless it is absolute.
+func (c *Config) loadArea(file string) *FieldError {
+	path := c.Geo.ServiceArea
+	if !filepath.IsAbs(path) && file != "" {
+		path = filepath.Join(filepath.Dir(file), path)
+	}
+	a, err := geo.LoadArea(path, geo.AreaResolution)
+	if err != nil {
+		return &FieldError{Field: "geo.service_area", Value: c.Geo.ServiceArea, Reason: err.Error(), Err: ErrInvalid}
+	}
+	c.Geo.Area = a
+	return nil
 }
 
 // dropUndecoded leaves out the value-rule errors of a section in which a

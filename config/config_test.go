@@ -302,3 +302,36 @@ func TestLoadLive_UnsetSecretIsAnError(t *testing.T) {
 		t.Fatalf("LoadLive with both set: %v", err)
 	}
 }
+
+// TestLoad_ServiceArea: geo.service_area is read relative to the
+// configuration's directory and loaded; a file that is not an area is
+// refused naming the key, the file and what is wrong.
+func TestLoad_ServiceArea(t *testing.T) {
+	dir := t.TempDir()
+	area, err := os.ReadFile("../geo/testdata/girona-area.geojson")
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name, data string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	write("girona.geojson", string(area))
+	write("bad.geojson", `{"type":"Polygon","coordinates":[[[2.8,41.9],[2.9,41.9],[2.9,42.0]]]}`)
+	c, err := Load(write("ok.yaml", "market: girona\ngeo:\n  service_area: girona.geojson\n"))
+	if err != nil || c.Geo.Area == nil || c.Geo.Area.Len() == 0 || c.Geo.ServiceArea != "girona.geojson" {
+		t.Fatalf("got %+v, %v; want the area loaded", c.Geo, err)
+	}
+	_, err = Load(write("bad.yaml", "market: girona\ngeo:\n  service_area: bad.geojson\n"))
+	for _, want := range []string{"bad.yaml:3", "geo.service_area", "bad.geojson", "ring 0"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("got %v, want an error naming %q", err, want)
+		}
+	}
+	if _, err := Load(write("none.yaml", "market: girona\ngeo:\n  service_area: none.geojson\n")); err == nil || !strings.Contains(err.Error(), "none.geojson") {
+		t.Errorf("got %v, want an error naming the missing file", err)
+	}
+}

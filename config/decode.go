@@ -137,6 +137,7 @@ func (d *decoder) decode(r io.Reader, c *Config) {
 		})},
 		{"geo", d.section([]field{
 			{"h3_resolution", d.int(&c.Geo.H3Resolution)},
+			{"service_area", d.str(&c.Geo.ServiceArea)},
 		})},
 		{"dead_zones", d.section([]field{
 			{"window", d.duration(&c.DeadZones.Window)},

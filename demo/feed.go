@@ -12,7 +12,7 @@ import (
 )
 
 // Record types of contract §4, in the order the totals print them.
-var types = [...]string{"distance", "no_signal", "signal_restored", "late", "rejected", "dead_zone"}
+var types = [...]string{"distance", "no_signal", "signal_restored", "late", "left_area", "entered_area", "rejected", "dead_zone"}
 
 // boardNames is how many couriers a board line names before "+N more".
 const boardNames = 8

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/km0/edgeproc/geo"
 	"github.com/km0/edgeproc/internal/wire"
 	"github.com/km0/edgeproc/position"
 	"github.com/km0/edgeproc/watermark"
@@ -15,7 +16,8 @@ import (
 // SnapshotVersion is the format version of Checkpoint's snapshots. A
 // snapshot of another version is refused, never misread, except versions
 // 2 and 3, which Restore still reads: version 3 is version 4 without the
-// dead zones (no section after the header), and version 2 is version 3
+// dead zones (no section after the header) and without each courier's
+// side of the service area, and version 2 is version 3
 // without allowed lateness (no windows.allowed_lateness in its
 // fingerprint, no retained windows).
 const SnapshotVersion = 4
@@ -192,7 +194,33 @@ func (s *shard) appendCourier(b []byte, c *courier) []byte {
 	b = wire.AppendString(b, c.name)
 	b = wire.AppendInt(b, c.latest)
 	b = c.dist.AppendState(b)
-	return c.sess.AppendState(b)
+	b = c.sess.AppendState(b)
+	return appendPresence(b, &c.area)
+}
+
+func appendPresence(b []byte, p *geo.Presence) []byte {
+	b = wire.AppendInt(b, p.Last)
+	b = wire.AppendUint(b, uint64(p.Side))
+	b = wire.AppendUint(b, uint64(p.Pending))
+	if p.Pending > 0 {
+		b = wire.AppendInt(b, p.At.TS)
+		b = wire.AppendFloat(b, p.At.Lat)
+		b = wire.AppendFloat(b, p.At.Lon)
+	}
+	return b
+}
+
+func readPresence(r *wire.Reader, p *geo.Presence) error {
+	p.Last = r.Int()
+	side, pending := r.Uint(), r.Uint()
+	if side > uint64(geo.Outside) || side == uint64(geo.Border) || pending >= geo.ConfirmFixes {
+		return fmt.Errorf("service area side %d, %d pending", side, pending)
+	}
+	p.Side, p.Pending = geo.Side(side), uint8(pending)
+	if pending > 0 {
+		p.At = geo.Fix{TS: r.Int(), Lat: r.Float(), Lon: r.Float()}
+	}
+	return r.Err()
 }
 
 // Restore starts an engine from a snapshot taken by Checkpoint, under cfg
@@ -257,6 +285,12 @@ func Restore(cfg Config, sink Sink, snapshot []byte) (*Engine, uint64, error) {
 			if err := c.sess.ReadState(r); err != nil {
 				e.Stop()
 				return nil, 0, fmt.Errorf("%w: courier %q: %v", ErrSnapshotCorrupt, c.name, err)
+			}
+			if version >= 4 {
+				if err := readPresence(r, &c.area); err != nil {
+					e.Stop()
+					return nil, 0, fmt.Errorf("%w: courier %q: %v", ErrSnapshotCorrupt, c.name, err)
+				}
 			}
 			// Event times beyond the contract's range would leave int64 at a
 			// window end: such state was not written by an engine.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/km0/edgeproc/fleet"
+	"github.com/km0/edgeproc/geo"
 	"github.com/km0/edgeproc/result"
 )
 
@@ -56,8 +57,9 @@ func smallFleet(seed int64) []Input {
 //
 // Seeds 5 and 6 allow 2 minutes of lateness: retained windows and their
 // revision numbers carry across the restore too. Seeds 7 and 8 count dead
-// zones over 5-minute windows (8 with at most 2 cells a window): their
-// warnings, restores and open silences carry across.
+// zones over 5-minute windows (8 with at most 2 cells a window, and
+// Girona's service area): their warnings, restores and open silences,
+// and each courier's side of the area, carry across.
 func TestCheckpoint_RestoreContinuesExactly(t *testing.T) {
 	for seed := int64(1); seed <= 8; seed++ {
 		ins := smallFleet(seed)
@@ -70,6 +72,7 @@ func TestCheckpoint_RestoreContinuesExactly(t *testing.T) {
 			cfg.DeadZoneWindow, cfg.DeadZoneResolution = 300_000, 8
 			if seed == 8 {
 				cfg.DeadZoneCells = 2
+				cfg.Area = gironaArea(t)
 			}
 		}
 		if seed > 4 && seed <= 6 {
@@ -82,6 +85,9 @@ func TestCheckpoint_RestoreContinuesExactly(t *testing.T) {
 		}
 		if zoned := bytes.Contains(want, []byte(`"type":"dead_zone"`)); zoned != (cfg.DeadZoneWindow > 0) {
 			t.Fatalf("seed %d: dead zones in the output %v, window %d", seed, zoned, cfg.DeadZoneWindow)
+		}
+		if moved := bytes.Contains(want, []byte(`_area"`)); moved != (cfg.Area != nil) {
+			t.Fatalf("seed %d: moves across the service area in the output %v, area %v", seed, moved, cfg.Area != nil)
 		}
 		r := rand.New(rand.NewPCG(uint64(seed), 3))
 		for trial := 0; trial < 3; trial++ {
@@ -352,4 +358,13 @@ func TestCheckpoint_FastClockDuplicateAcrossRestore(t *testing.T) {
 	if bytes.Contains(want, []byte(`"operator":"session"`)) {
 		t.Fatalf("p late for sessions: the duplicate moved the watermark:\n%s", want)
 	}
+}
+
+func gironaArea(t *testing.T) *geo.Area {
+	t.Helper()
+	a, err := geo.LoadArea("../geo/testdata/girona-area.geojson", geo.AreaResolution)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
 }

@@ -25,5 +25,6 @@ func ConfigFrom(c config.Config) Config {
 
 		DeadZoneWindow: c.DeadZones.Window.Milliseconds(), DeadZoneResolution: c.DeadZones.H3Resolution,
 		DeadZoneCells: c.DeadZones.MaxCells,
+		Area:          c.Geo.Area,
 	}
 }

@@ -83,6 +83,11 @@ type Config struct {
 	DeadZoneWindow     int64
 	DeadZoneResolution int
 	DeadZoneCells      int
+	// Area, when set, is the market's service area: each courier's side
+	// of it is followed (geo.Presence) and a move out or in is a
+	// left_area or entered_area result. nil: no side, no H3 lookup per
+	// position.
+	Area *geo.Area
 	// OnForget, when set, is called from the sequencer with every courier
 	// that stops being tracked: forgotten after RestoreTTL, or evicted to
 	// make room at MaxCouriers. Like OnPosition, it must not block.
@@ -143,6 +148,7 @@ type params struct {
 	filter  geo.Filter
 	stopped float64
 	res     int
+	area    *geo.Area
 }
 
 const inFlight = 4 // chunks between the sequencer and the merger
@@ -168,7 +174,7 @@ func New(cfg Config, sink Sink) *Engine {
 		cfg: cfg,
 		params: &params{
 			market: cfg.Market, spec: spec, gap: cfg.Gap,
-			filter: cfg.Filter, stopped: cfg.StoppedBelowM, res: cfg.H3Resolution,
+			filter: cfg.Filter, stopped: cfg.StoppedBelowM, res: cfg.H3Resolution, area: cfg.Area,
 		},
 		wm:    watermark.New(cfg.ToleratedDelay, cfg.IdleTimeout, cfg.MaxFutureSkew),
 		track: newTracker(cfg.MaxCouriers, max(cfg.RestoreTTL, idle), idle, cfg.Shards),

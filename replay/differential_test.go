@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"sort"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,8 +32,19 @@ func refParams(c engine.Config) reference.Params {
 		H3Resolution:     c.H3Resolution,
 		DeadZoneWindowMs: c.DeadZoneWindow, DeadZoneRes: c.DeadZoneResolution,
 		DeadZoneMaxCells: cmp.Or(c.DeadZoneCells, config.DefaultDeadZoneCells),
+		Area:             c.Area,
 	}
 }
+
+// halfArea is a service area whose edge, lat 41.004, cuts randomInput's
+// square in two: its fixes fall inside, outside and in the border band.
+var halfArea = sync.OnceValue(func() *geo.Area {
+	a, err := geo.LoadArea("testdata/half.geojson", geo.AreaResolution)
+	if err != nil {
+		panic(err)
+	}
+	return a
+})
 
 // canon splits a record into a sortable identity (everything but
 // distance_m, which sums floats in another order) and its distance.
@@ -95,20 +107,26 @@ func canonAll(t *testing.T, ms []map[string]any) []rec {
 // revisions.
 func compare(t *testing.T, name string, c engine.Config, input []byte) (revisions int) {
 	t.Helper()
-	revisions, _ = compareCounts(t, name, c, input)
-	return revisions
+	return compareCounts(t, name, c, input).revisions
 }
 
-// compareCounts is compare, and it also counts the dead zones.
-func compareCounts(t *testing.T, name string, c engine.Config, input []byte) (revisions, zones int) {
+// counts are what compareCounts found in the output.
+type counts struct{ revisions, zones, moves int }
+
+// compareCounts is compare, and it also counts the dead zones and the
+// moves across the service area.
+func compareCounts(t *testing.T, name string, c engine.Config, input []byte) (n counts) {
 	t.Helper()
 	got, raw := replayRecords(t, c, input)
 	for _, m := range got {
 		if _, ok := m["revision"]; ok {
-			revisions++
+			n.revisions++
 		}
-		if m["type"] == "dead_zone" {
-			zones++
+		switch m["type"] {
+		case "dead_zone":
+			n.zones++
+		case "left_area", "entered_area":
+			n.moves++
 		}
 	}
 	want := reference.Run(refParams(c), input)
@@ -135,14 +153,14 @@ func compareCounts(t *testing.T, name string, c engine.Config, input []byte) (re
 		t.Fatalf("%s: engine and reference differ (%d vs %d records):\n%s\ninput:\n%s", name, len(g), len(w), join(diffs), head(input, 60))
 	}
 	// The output must not depend on the shard count.
-	for _, n := range []int{1, 3} {
+	for _, shards := range []int{1, 3} {
 		c2 := c
-		c2.Shards = n
+		c2.Shards = shards
 		if _, raw2 := replayRecords(t, c2, input); !bytes.Equal(raw, raw2) {
-			t.Fatalf("%s: output with %d shards differs from %d shards", name, n, c.Shards)
+			t.Fatalf("%s: output with %d shards differs from %d shards", name, shards, c.Shards)
 		}
 	}
-	return revisions, zones
+	return n
 }
 
 func join(s []string) string {
@@ -197,6 +215,9 @@ func randomConfig(r *rand.Rand) engine.Config {
 		c.DeadZoneWindow = int64(1+r.IntN(6)) * 10_000
 		c.DeadZoneResolution = []int{0, 3, 8, 12}[r.IntN(4)]
 		c.DeadZoneCells = 1 + r.IntN(3)
+	}
+	if r.IntN(2) == 0 {
+		c.Area = halfArea()
 	}
 	return c
 }
@@ -289,22 +310,25 @@ func TestReplay_MatchesReference_Random(t *testing.T) {
 	if testing.Short() {
 		seeds = 50
 	}
-	revised, zoned := 0, 0 // inputs with revisions, with dead zones
+	revised, zoned, moved := 0, 0, 0 // inputs with revisions, dead zones, moves across the area
 	for seed := 0; seed < seeds; seed++ {
 		r := rand.New(rand.NewPCG(uint64(seed), 7))
 		c := randomConfig(r)
-		rev, zones := compareCounts(t, fmt.Sprintf("seed %d config %+v", seed, c), c, randomInput(r, 50+r.IntN(400)))
-		if rev > 0 {
+		n := compareCounts(t, fmt.Sprintf("seed %d config %+v", seed, c), c, randomInput(r, 50+r.IntN(400)))
+		if n.revisions > 0 {
 			revised++
 		}
-		if zones > 0 {
+		if n.zones > 0 {
 			zoned++
 		}
+		if n.moves > 0 {
+			moved++
+		}
 	}
-	if revised < seeds/10 || zoned < seeds/4 {
-		t.Errorf("%d of %d inputs gave revisions, %d dead zones; the inputs are meant to exercise allowed lateness and dead zones", revised, seeds, zoned)
+	if revised < seeds/10 || zoned < seeds/4 || moved == 0 { // TestReplay_MatchesReference_Area moves more
+		t.Errorf("%d of %d inputs gave revisions, %d dead zones, %d moves across the service area; the inputs are meant to exercise each", revised, seeds, zoned, moved)
 	}
-	t.Logf("%d of %d inputs gave revisions, %d dead zones", revised, seeds, zoned)
+	t.Logf("%d of %d inputs gave revisions, %d dead zones, %d moves across the service area", revised, seeds, zoned, moved)
 }
 
 func TestReplay_MatchesReference_Fleet(t *testing.T) {

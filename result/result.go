@@ -19,19 +19,23 @@ const (
 	NoSignal
 	SignalRestored
 	Late
+	// LeftArea and EnteredArea: a courier moved out of or into the
+	// market's service area (geo.service_area; geo.Presence).
+	LeftArea
+	EnteredArea
 	Rejected
 	// DeadZone is a market's no_signal warnings in one H3 cell over one
 	// event-time window (docs/semantics.md, Dead zones): no courier.
 	DeadZone
 )
 
-var typeText = [...]string{"distance", "no_signal", "signal_restored", "late", "rejected", "dead_zone"}
+var typeText = [...]string{"distance", "no_signal", "signal_restored", "late", "left_area", "entered_area", "rejected", "dead_zone"}
 
 // String returns the contract's type name.
 func (t Type) String() string { return typeText[t] }
 
 // Types lists every record type, for metrics and summaries.
-var Types = [...]Type{Distance, NoSignal, SignalRestored, Late, Rejected, DeadZone}
+var Types = [...]Type{Distance, NoSignal, SignalRestored, Late, LeftArea, EnteredArea, Rejected, DeadZone}
 
 // Operator is the operator a late record was late for.
 type Operator uint8
@@ -81,14 +85,14 @@ type Record struct {
 	// than half of it, too little to claim stopped (Stopped is then
 	// false). JSON "insufficient_evidence", present only when true.
 	InsufficientEvidence bool
-	Lat, Lon             float64 // NoSignal: the session's latest position
+	Lat, Lon             float64 // NoSignal: the session's latest position; LeftArea, EnteredArea: the fix
 	Cell                 h3.Cell // Distance, NoSignal, DeadZone
 	EndOfInput           bool    // NoSignal
 
 	SilentFrom, RestoredAt int64 // SignalRestored
 
 	Operator  Operator // Late
-	TS        int64    // Late: the position's timestamp_ms
+	TS        int64    // Late: the position's timestamp_ms; LeftArea, EnteredArea: the first fix's on the new side (with Lat, Lon, Cell)
 	Watermark int64    // Late: the watermark it was judged against
 
 	Zone *Zone // DeadZone: Start and End are the window, Cell the cell
@@ -174,6 +178,10 @@ func (r *Record) AppendKey(dst []byte) []byte {
 		dst = append(dst, r.Courier...)
 		dst = append(dst, '|')
 		return strconv.AppendInt(dst, r.SilentFrom, 10)
+	case LeftArea, EnteredArea:
+		dst = append(dst, r.Courier...)
+		dst = append(dst, '|')
+		return strconv.AppendInt(dst, r.TS, 10)
 	default: // Late
 		dst = append(dst, r.Courier...)
 		dst = append(dst, '|')
@@ -240,6 +248,11 @@ func (r *Record) AppendJSON(dst []byte) []byte {
 		dst = appendInt(dst, "timestamp_ms", r.TS)
 		dst = appendInt(dst, "watermark_ms", r.Watermark)
 		dst = appendInt(dst, "lateness_ms", r.Watermark-r.TS)
+	case LeftArea, EnteredArea:
+		dst = appendInt(dst, "timestamp_ms", r.TS)
+		dst = appendFloat(dst, "lat", r.Lat)
+		dst = appendFloat(dst, "lon", r.Lon)
+		dst = appendCell(dst, r.Cell)
 	case DeadZone:
 		z := r.Zone
 		dst = appendInt(dst, "window_start_ms", r.Start)

@@ -24,7 +24,7 @@ import (
 
 // tailTypes are what tail can follow: the result types and the courier
 // states of the key-value bucket.
-var tailTypes = []string{bridge.KindDistance, bridge.KindNoSignal, bridge.KindSignalRestored, bridge.KindLate, bridge.KindRejected, bridge.KindDeadZone, "courier"}
+var tailTypes = []string{bridge.KindDistance, bridge.KindNoSignal, bridge.KindSignalRestored, bridge.KindLate, bridge.KindRejected, bridge.KindDeadZone, bridge.KindLeftArea, bridge.KindEnteredArea, "courier"}
 
 // stringList collects a repeated or comma-separated flag.
 type stringList []string
@@ -85,13 +85,11 @@ edgeproc tail --config examples/girona.yaml --json --type courier | jq .`,
 			if err != nil {
 				return err
 			}
-			url := *natsURL
-			if url == "" {
-				url = config.DefaultNATSURL
-				if len(files) > 0 && cfgs[0].NATS.URL != service.Embedded {
-					url = cfgs[0].NATS.URL
-				}
+			var fromFile *config.Config
+			if len(files) > 0 {
+				fromFile = &cfgs[0]
 			}
+			url := resultsURL(*natsURL, fromFile)
 			t := &tailer{out: stdout, json: *asJSON, max: *count, p: show.Printer{Color: isTerminal(stdout), ShowMarket: len(cfgs) > 1}}
 			return t.run(ctx, url, cfgs, types, *since)
 		}
@@ -119,6 +117,34 @@ func tailConfigs(markets, files []string, prefix string) ([]config.Config, error
 	return cfgs, errors.Join(errs...)
 }
 
+// resultsURL is the NATS URL results are read from: url if set, else
+// cfg's nats.url (cfg nil: none) unless it is embedded, else
+// config.DefaultNATSURL.
+func resultsURL(url string, cfg *config.Config) string {
+	switch {
+	case url != "":
+		return url
+	case cfg != nil && cfg.NATS.URL != service.Embedded:
+		return cfg.NATS.URL
+	}
+	return config.DefaultNATSURL
+}
+
+// connectJetStream connects to the NATS server at url as client name
+// (reconnecting for as long as it runs) and returns its JetStream API.
+func connectJetStream(url, name string) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to nats %s: %w", url, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("jetstream on %s: %w", url, err)
+	}
+	return nc, js, nil
+}
+
 // tailer prints what it follows, one line at a time, from several
 // goroutines (one consumer and one watcher per market).
 type tailer struct {
@@ -137,15 +163,11 @@ type tailer struct {
 }
 
 func (t *tailer) run(ctx context.Context, url string, cfgs []config.Config, types []string, since time.Duration) error {
-	nc, err := nats.Connect(url, nats.Name("edgeproc-tail"), nats.MaxReconnects(-1))
+	nc, js, err := connectJetStream(url, "edgeproc-tail")
 	if err != nil {
-		return fmt.Errorf("connect to nats %s: %w", url, err)
+		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("jetstream on %s: %w", url, err)
-	}
 	t.done = make(chan struct{})
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -198,17 +220,13 @@ func (t *tailer) run(ctx context.Context, url string, cfgs []config.Config, type
 // now), with an ordered consumer: ephemeral, flow-controlled, restarted by
 // the library at the right sequence after a disconnection.
 func (t *tailer) follow(ctx context.Context, js jetstream.JetStream, bc bridge.Config, subjects []string, start time.Time) (func(), error) {
-	s, err := js.Stream(ctx, bc.Stream)
+	s, err := resultStream(ctx, js, bc)
 	if err != nil {
-		return nil, fmt.Errorf("market %s: stream %s: %w (is edgeproc run up for this market?)", bc.Market, bc.Stream, err)
+		return nil, err
 	}
-	occ := jetstream.OrderedConsumerConfig{FilterSubjects: serverFilter(bc, subjects), DeliverPolicy: jetstream.DeliverNewPolicy}
-	if !start.IsZero() {
-		occ.DeliverPolicy, occ.OptStartTime = jetstream.DeliverByStartTimePolicy, &start
-	}
-	cons, err := s.OrderedConsumer(ctx, occ)
+	cons, err := orderedResults(ctx, s, bc, subjects, start)
 	if err != nil {
-		return nil, fmt.Errorf("market %s: consumer on %s: %w", bc.Market, bc.Stream, err)
+		return nil, err
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		if !slices.Contains(subjects, m.Subject()) {
@@ -229,6 +247,30 @@ func (t *tailer) follow(ctx context.Context, js jetstream.JetStream, bc bridge.C
 		return nil, fmt.Errorf("market %s: consume %s: %w", bc.Market, bc.Stream, err)
 	}
 	return cc.Stop, nil
+}
+
+// resultStream returns the market's results stream.
+func resultStream(ctx context.Context, js jetstream.JetStream, bc bridge.Config) (jetstream.Stream, error) {
+	s, err := js.Stream(ctx, bc.Stream)
+	if err != nil {
+		return nil, fmt.Errorf("market %s: stream %s: %w (is edgeproc run up for this market?)", bc.Market, bc.Stream, err)
+	}
+	return s, nil
+}
+
+// orderedResults returns an ordered consumer of the market's stream s
+// from start (zero: from now) over at least subjects (see serverFilter:
+// the caller drops the other subjects).
+func orderedResults(ctx context.Context, s jetstream.Stream, bc bridge.Config, subjects []string, start time.Time) (jetstream.Consumer, error) {
+	occ := jetstream.OrderedConsumerConfig{FilterSubjects: serverFilter(bc, subjects), DeliverPolicy: jetstream.DeliverNewPolicy}
+	if !start.IsZero() {
+		occ.DeliverPolicy, occ.OptStartTime = jetstream.DeliverByStartTimePolicy, &start
+	}
+	cons, err := s.OrderedConsumer(ctx, occ)
+	if err != nil {
+		return nil, fmt.Errorf("market %s: consumer on %s: %w", bc.Market, bc.Stream, err)
+	}
+	return cons, nil
 }
 
 // serverFilter is the consumer filter for subjects that every NATS server

@@ -17,6 +17,8 @@ import (
 	"fmt"
 	"math/big"
 	"sort"
+
+	"github.com/km0/edgeproc/geo"
 )
 
 // Params are the replay parameters of one market. All durations are in
@@ -61,6 +63,9 @@ type Params struct {
 	DeadZoneWindowMs int64
 	DeadZoneRes      int
 	DeadZoneMaxCells int
+	// Area, when set, is the service area whose side each courier is
+	// followed on (left_area, entered_area).
+	Area *geo.Area
 }
 
 func (p Params) validate() error {
@@ -197,6 +202,7 @@ type courierState struct {
 	// silentFrom is the pending signal_restored marker (last_seen of the
 	// session that closed with no next session yet).
 	silentFrom *int64
+	area       areaState
 }
 
 func (pr *processor) courier(name string) *courierState {
@@ -373,6 +379,7 @@ func (pr *processor) handlePosition(pos *position) {
 	if !lateSession {
 		pr.acceptSession(pos, touching, now)
 	}
+	pr.areaStep(pos, now)
 
 	pr.observe(pos.ts)
 }

@@ -39,6 +39,8 @@ type Record struct {
 	Reason     string  `json:"reason"`
 	Raw        string  `json:"raw"`
 	Cell       string  `json:"cell"`
+	Lat        float64 `json:"lat"`
+	Lon        float64 `json:"lon"`
 	Warnings   int     `json:"warnings"`
 	Couriers   int     `json:"couriers"`
 	Restored   int     `json:"restored"`
@@ -124,8 +126,10 @@ func (p Printer) Line(r Record) string {
 		colour = ansiMagenta
 	case "rejected":
 		colour = ansiYellow
-	case "dead_zone":
+	case "dead_zone", "left_area":
 		colour = ansiRed
+	case "entered_area":
+		colour = ansiCyan
 	}
 	b.WriteString(p.Paint(colour, fmt.Sprintf("%-15s", r.Type)))
 	courier := r.Courier
@@ -156,6 +160,8 @@ func (p Printer) Line(r Record) string {
 		fmt.Fprintf(&b, "back after %s of silence", Duration(r.GapMs))
 	case "late":
 		fmt.Fprintf(&b, "%s late for %s", Duration(r.Lateness), r.Operator)
+	case "left_area", "entered_area":
+		fmt.Fprintf(&b, "at %s, %.5f,%.5f", p.Clock(r.TS), r.Lat, r.Lon)
 	case "dead_zone":
 		fmt.Fprintf(&b, "cell %s  %d no_signal of %d couriers, %d back after %s in all  window %s-%s",
 			r.Cell, r.Warnings, r.Couriers, r.Restored, Duration(r.SilenceMs), p.Clock(r.WinStart), p.Clock(r.WinEnd))
