@@ -11,10 +11,10 @@ const AreaResolution = 9
 const ConfirmFixes = 2
 
 // Presence is a courier's side of a service area, decided over its fixes
-// in timestamp order: a fix in the border band neither confirms nor breaks
-// anything, a fix on the courier's side cancels a pending move, and
-// ConfirmFixes fixes in a row on the other side move it, as of the first
-// of them. The first side seen is where the courier starts, not a move.
+// in timestamp order: ConfirmFixes fixes in a row on the other side, out
+// of the border band, move it, as of the first of them; any other fix (in
+// the band, or on its side) cancels a pending move, so that two GPS jumps
+// hours apart do not add up to one. The first side seen is where the courier starts, not a move.
 // Its zero value has seen nothing.
 type Presence struct {
 	// Last is the timestamp of the newest fix taken: a fix at or before
@@ -39,6 +39,7 @@ func (p *Presence) Step(a *Area, x Fix) (left Side, at Fix, moved bool) {
 	s := a.Side(a.Cell(x.Lat, x.Lon))
 	switch {
 	case s == Border:
+		p.Pending = 0
 		return 0, Fix{}, false
 	case p.Side == 0:
 		p.Side = s

@@ -4,7 +4,8 @@ import "testing"
 
 // TestPresence_Hysteresis: a courier moves to the other side of the area
 // only after ConfirmFixes fixes in a row there, dated by the first; a
-// spike, the border band and fixes out of order move nobody.
+// spike, the border band and fixes out of order move nobody, and a fix in
+// the band breaks a row.
 func TestPresence_Hysteresis(t *testing.T) {
 	a, err := LoadArea("testdata/girona-area.geojson", AreaResolution)
 	if err != nil {
@@ -37,7 +38,8 @@ func TestPresence_Hysteresis(t *testing.T) {
 		{"first side is no move", []Fix{at(out, 1), at(out, 2), at(in, 3)}, nil},
 		{"driving out: one move, dated by the first fix out", []Fix{at(in, 1), at(in, 2), at(border, 3), at(out, 4), at(out, 5), at(out, 6)}, []move{{Inside, 4}}},
 		{"a spike out and back", []Fix{at(in, 1), at(out, 2), at(in, 3), at(out, 4), at(in, 5)}, nil},
-		{"the border neither confirms nor breaks", []Fix{at(in, 1), at(out, 2), at(border, 3), at(out, 4)}, []move{{Inside, 2}}},
+		{"the border breaks a row", []Fix{at(in, 1), at(out, 2), at(border, 3), at(out, 4)}, nil},
+		{"the border before the row", []Fix{at(in, 1), at(border, 2), at(out, 3), at(out, 4)}, []move{{Inside, 3}}},
 		{"parked on the border", []Fix{at(in, 1), at(border, 2), at(border, 3), at(border, 4), at(in, 5), at(border, 6)}, nil},
 		{"out and back in", []Fix{at(in, 1), at(out, 2), at(out, 3), at(in, 4), at(in, 5)}, []move{{Inside, 2}, {Outside, 4}}},
 		{"a fix out of order is not taken", []Fix{at(in, 1), at(out, 5), at(in, 3), at(out, 6)}, []move{{Inside, 5}}},

@@ -9,9 +9,9 @@ import (
 
 // The service area (docs/semantics.md): a courier's side is decided over
 // its positions taken in arrival order, each only if its timestamp is
-// above every one taken before; a position in the border band counts for
-// nothing; two in a row on the other side move the courier there, dated
-// by the first of them; the first side seen is no move.
+// above every one taken before; two in a row on the other side, out of
+// the border band, move the courier there, dated by the first of them;
+// the first side seen is no move.
 
 type areaState struct {
 	taken   bool
@@ -34,6 +34,7 @@ func (pr *processor) areaStep(pos *position, now int64) {
 	side := a.Side(h3.LatLngToCell(h3.NewLatLng(pos.lat, pos.lon), geo.AreaResolution))
 	switch {
 	case side == geo.Border:
+		st.pending = nil
 		return
 	case st.side == 0:
 		st.side = side
