@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"runtime"
 	"syscall"
 	"testing"
@@ -164,6 +165,50 @@ func BenchmarkStatePerCourier(b *testing.B) {
 				b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(active), "B/courier+engine")
 				b.ReportMetric(float64(size)/float64(active), "checkpoint-B/courier")
 				runtime.KeepAlive(ins)
+			}
+		})
+	}
+}
+
+// BenchmarkEngineArea is BenchmarkEngine's fleet (2 shards) without a
+// service area, with Girona's (30 km², the fleet's couriers drive in and
+// out of it) and with a 500 km² square round the city (every fix inside):
+// the cost of following each courier's side, one H3 lookup a position.
+func BenchmarkEngineArea(b *testing.B) {
+	rec := fleetRecording(500, 2*time.Hour)
+	square, err := geo.ParseArea("500km2", fmt.Appendf(nil,
+		`{"type":"Polygon","coordinates":[[[%[1]f,%[2]f],[%[3]f,%[2]f],[%[3]f,%[4]f],[%[1]f,%[4]f],[%[1]f,%[2]f]]]}`,
+		2.8214-0.1353, 41.9794-0.1007, 2.8214+0.1353, 41.9794+0.1007), geo.AreaResolution)
+	if err != nil {
+		b.Fatal(err)
+	}
+	girona, err := geo.LoadArea("../geo/testdata/girona-area.geojson", geo.AreaResolution)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		area *geo.Area
+	}{{"none", nil}, {"girona", girona}, {"500km2", square}} {
+		b.Run("area="+c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			cfg := benchConfig(2)
+			cfg.Area = c.area
+			n, moves := 0, int64(0)
+			for b.Loop() {
+				e := New(cfg, func([]result.Record) {})
+				for _, m := range rec.msgs {
+					e.Push(&Input{Payload: rec.bytes[m.off:m.end], Arrival: m.arrival, HasArrival: true})
+				}
+				e.EndOfInput()
+				st := e.Stats()
+				moves = st.Results["left_area"] + st.Results["entered_area"]
+				n += len(rec.msgs)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/position")
+			b.ReportMetric(float64(moves), "moves")
+			if c.area != nil {
+				b.ReportMetric(float64(c.area.Len()), "cells")
 			}
 		})
 	}
