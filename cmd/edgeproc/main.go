@@ -5,6 +5,7 @@
 //	edgeproc replay --config FILE [--in FILE|-] [--out FILE|-]
 //	edgeproc check-config FILE...
 //	edgeproc tail [--nats URL] [--market M...] [--type T...] [--since D] [--json]
+//	edgeproc deadzones --config FILE (--in FILE|- | --since D) [--out FILE|-]
 //	edgeproc health [URL]
 //	edgeproc sim --market M [--mqtt URL] [--rate R] ...
 //	edgeproc demo [--couriers N] [--duration D] [--seed S]
@@ -53,7 +54,7 @@ type command struct {
 
 // commands in the order `edgeproc help` lists them.
 var commands = []*command{
-	runCommand, replayCommand, checkConfigCommand, tailCommand, healthCommand, simCommand, demoCommand,
+	runCommand, replayCommand, checkConfigCommand, tailCommand, deadzonesCommand, healthCommand, simCommand, demoCommand,
 	{
 		name: "version", summary: "print the version",
 		help:    "Prints the version the binary was built with (-ldflags \"-X main.version=...\").",

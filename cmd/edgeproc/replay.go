@@ -48,23 +48,11 @@ func replayFile(cfgPath, inPath, outPath string, shards int, stdout, stderr io.W
 	if err != nil {
 		return err
 	}
-	ecfg := engine.ConfigFrom(cfg)
-	ecfg.Shards = shards
-
-	var in io.Reader = os.Stdin
-	if inPath != "-" {
-		f, err := os.Open(inPath)
-		if err != nil {
-			return fmt.Errorf("input: %w", err)
-		}
-		defer f.Close()
-		in = f
-		if st, err := f.Stat(); err == nil && st.Size() >= progressMin && isTerminal(stderr) {
-			bar := progressbar.DefaultBytes(st.Size(), "replay")
-			in = io.TeeReader(f, bar)
-			defer bar.Finish()
-		}
+	in, closeIn, err := openReplayInput(inPath, stderr)
+	if err != nil {
+		return err
 	}
+	defer closeIn()
 	var out io.Writer = stdout
 	var outFile *os.File
 	if outPath != "-" {
@@ -74,10 +62,38 @@ func replayFile(cfgPath, inPath, outPath string, shards int, stdout, stderr io.W
 		}
 		out = outFile
 	}
-	sum, err := replay.Run(ecfg, in, out)
+	err = replayResults(cfg, shards, in, out, stderr)
 	if outFile != nil {
 		err = errors.Join(err, outFile.Close())
 	}
+	return err
+}
+
+// openReplayInput opens a replay's input, - for stdin; a file of at least
+// progressMin bytes shows a progress bar on a terminal stderr. close
+// closes the file and finishes the bar.
+func openReplayInput(path string, stderr io.Writer) (in io.Reader, close func(), err error) {
+	if path == "-" {
+		return os.Stdin, func() {}, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("input: %w", err)
+	}
+	if st, err := f.Stat(); err == nil && st.Size() >= progressMin && isTerminal(stderr) {
+		bar := progressbar.DefaultBytes(st.Size(), "replay")
+		return io.TeeReader(f, bar), func() { bar.Finish(); f.Close() }, nil
+	}
+	return f, func() { f.Close() }, nil
+}
+
+// replayResults runs the engine configured by cfg over in and writes every
+// result as a JSON line to out, then the summary line to stderr: the one
+// path of `edgeproc replay` and `edgeproc deadzones --in`.
+func replayResults(cfg config.Config, shards int, in io.Reader, out, stderr io.Writer) error {
+	ecfg := engine.ConfigFrom(cfg)
+	ecfg.Shards = shards
+	sum, err := replay.Run(ecfg, in, out)
 	fmt.Fprintln(stderr, sum)
 	return err
 }
