@@ -1,7 +1,8 @@
 // Package board is edgeproc's fleet board: a live web page that shows every
 // courier's last position coloured by state, the current no-signal
 // warnings, the couriers' latest window distance and each market's health,
-// pushed to the browser by Server-Sent Events.
+// pushed to the browser by Server-Sent Events. A layer of dead zones
+// draws the H3 cells where couriers lost signal over the last 24 h.
 //
 // A Hub owns the view state in one goroutine. The live service feeds it
 // from the same calls that feed the courier key-value bucket — every valid
@@ -17,15 +18,25 @@
 // the engine stops tracking leaves the board (Feed.Forget); the board holds
 // at most Config.MaxCouriers couriers and refuses, and counts, the rest.
 //
+// The dead-zone layer sums, by market and cell, the dead_zone results
+// (Feed.Result) whose window ends within ZoneHorizon (24 h) of the newest
+// window end received: event time, so the layer depends only on the
+// results fed. A dead zone fires once: the same window of a cell again
+// changes nothing. Each cell's outline (h3.CellToBoundary) is computed once,
+// when the cell joins the layer, and sent with the cell. The layer keeps at
+// most Config.MaxDeadZoneCells cells and 8 times as many windows; beyond,
+// the oldest windows are dropped and counted (Stats.DeadZonesDropped).
+//
 // Feeding never blocks the engine: a call copies the event into a bounded
 // mailbox under a mutex held for that copy only; the hub swaps the mailbox
 // out every DrainEvery. Events that find the mailbox full are dropped and
 // counted (Stats.Dropped, shown on the page). Every Interval the hub sends
-// each connected page one message with the couriers that changed since
-// the last one and the markets' status, so the browser gets at most
-// 1/Interval updates whatever the fleet's rate. A page that does not keep
-// up (its buffer of ClientBuffer messages is full) is disconnected and
-// counted; its EventSource reconnects and starts again from a snapshot.
+// each connected page one message with the couriers and dead-zone cells
+// that changed since the last one and the markets' status, so the browser
+// gets at most 1/Interval updates whatever the fleet's rate. A page that
+// does not keep up (its buffer of ClientBuffer messages is full) is
+// disconnected and counted; its EventSource reconnects and starts again
+// from a snapshot.
 package board
 
 import (
@@ -44,6 +55,8 @@ const (
 	DefaultMaxCouriers  = 50000
 	DefaultClientBuffer = 8
 	DefaultMaxClients   = 32
+	// DefaultMaxDeadZoneCells is Config.MaxDeadZoneCells' default.
+	DefaultMaxDeadZoneCells = 5000
 )
 
 // maxID is the longest courier id (contract §2: 1–64 characters).
@@ -89,6 +102,10 @@ type Config struct {
 	// together; events for further couriers are refused (Stats.Refused).
 	// Default 50 000.
 	MaxCouriers int
+	// MaxDeadZoneCells caps the cells of the dead-zone layer, all markets
+	// together, and its windows at 8 times as many; past either cap the
+	// oldest windows are dropped (Stats.DeadZonesDropped). Default 5 000.
+	MaxDeadZoneCells int
 	// ClientBuffer is how many messages may wait for one page; a page
 	// further behind is disconnected (Stats.SlowClients). Default 8.
 	ClientBuffer int
@@ -109,6 +126,7 @@ func (c Config) withDefaults() Config {
 	}
 	def(&c.Mailbox, DefaultMailbox)
 	def(&c.MaxCouriers, DefaultMaxCouriers)
+	def(&c.MaxDeadZoneCells, DefaultMaxDeadZoneCells)
 	def(&c.ClientBuffer, DefaultClientBuffer)
 	def(&c.MaxClients, DefaultMaxClients)
 	if c.Interval <= 0 {
@@ -128,16 +146,20 @@ type Stats struct {
 	// Dropped counts events that found the mailbox full.
 	Dropped uint64
 	// Refused counts events for a new courier while MaxCouriers were
-	// tracked, or with an id over 64 bytes.
+	// tracked, or with an id over 64 bytes, and dead zones with no valid
+	// cell or window.
 	Refused uint64
+	// DeadZonesDropped counts the dead-zone windows dropped, oldest first,
+	// at MaxDeadZoneCells (not those that passed out of the 24 h).
+	DeadZonesDropped uint64
 	// SlowClients counts pages disconnected for not keeping up.
 	SlowClients uint64
 	// Updates counts messages encoded (one per market filter with pages,
 	// per Interval), and UpdateBytes their total size.
 	Updates, UpdateBytes uint64
 	// Couriers is the number of couriers tracked, Clients of pages
-	// connected.
-	Couriers, Clients int
+	// connected, DeadZones of cells on the dead-zone layer.
+	Couriers, Clients, DeadZones int
 }
 
 // ErrClosed is returned to a page that connects after Close.
@@ -151,6 +173,7 @@ type Hub struct {
 	// mu guards only the mailbox hand-over, never the state.
 	mu      sync.Mutex
 	box     []event
+	zbox    []zoneEvent // dead zones; at most Mailbox too, grown on use
 	dropped uint64
 	statsMu sync.Mutex
 	stats   Stats
@@ -262,8 +285,9 @@ func (f *Feed) Position(courier []byte, ts int64, lat, lon float64) {
 
 // Result records the courier state a result carries: distance (the
 // window's distance, stopped flag and revision), no_signal (silent since
-// End, last seen at Lat, Lon) and signal_restored. Other types are
-// ignored: the market's counters give their rates.
+// End, last seen at Lat, Lon) and signal_restored; and a dead_zone's
+// figures, for the dead-zone layer. Other types are ignored: the market's
+// counters give their rates.
 func (f *Feed) Result(r *result.Record) {
 	if f == nil {
 		return
@@ -275,6 +299,10 @@ func (f *Feed) Result(r *result.Record) {
 		put(f, r.Courier, event{kind: evNoSignal, ts: r.End, start: r.Start, lat: r.Lat, lon: r.Lon})
 	case result.SignalRestored:
 		put(f, r.Courier, event{kind: evRestored, ts: r.RestoredAt, start: r.SilentFrom})
+	case result.DeadZone:
+		if r.Zone != nil {
+			f.h.putZone(zoneEvent{market: f.market, cell: r.Cell, start: r.Start, end: r.End, zone: *r.Zone})
+		}
 	}
 }
 
@@ -306,12 +334,24 @@ func put[S string | []byte](f *Feed, courier S, e event) {
 	h.box = append(h.box, e)
 }
 
-// swap hands the filled mailbox to the hub goroutine and takes spare (empty)
-// in its place; it also returns the drop count so far.
-func (h *Hub) swap(spare []event) ([]event, uint64) {
+// putZone copies a dead zone into its mailbox, or counts it as dropped
+// when the mailbox is full.
+func (h *Hub) putZone(z zoneEvent) {
 	h.mu.Lock()
-	full, dropped := h.box, h.dropped
-	h.box = spare[:0]
+	defer h.mu.Unlock()
+	if len(h.zbox) >= h.cfg.Mailbox {
+		h.dropped++
+		return
+	}
+	h.zbox = append(h.zbox, z)
+}
+
+// swap hands the filled mailboxes to the hub goroutine and takes spare and
+// zspare (empty) in their place; it also returns the drop count so far.
+func (h *Hub) swap(spare []event, zspare []zoneEvent) ([]event, []zoneEvent, uint64) {
+	h.mu.Lock()
+	full, zones, dropped := h.box, h.zbox, h.dropped
+	h.box, h.zbox = spare[:0], zspare[:0]
 	h.mu.Unlock()
-	return full, dropped
+	return full, zones, dropped
 }

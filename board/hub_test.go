@@ -540,7 +540,7 @@ func BenchmarkEncode2000(b *testing.B) {
 	now := time.Now()
 	b.ReportAllocs()
 	for b.Loop() {
-		b.SetBytes(int64(len(st.encode(-1, now, cs, true))))
+		b.SetBytes(int64(len(st.encode(-1, now, cs, nil, true))))
 	}
 }
 

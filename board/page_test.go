@@ -13,9 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
+	"github.com/uber/h3-go/v4"
 
 	"github.com/km0/edgeproc/internal/testenv"
+	"github.com/km0/edgeproc/result"
 )
 
 // With a tile URL template the page draws the tiles under the couriers:
@@ -84,6 +87,61 @@ func TestPage_TilesInChromium(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	if errs := br.Errors(); len(errs) > 0 {
+		t.Errorf("the page reported errors: %q", errs)
+	}
+}
+
+// The dead-zone layer in a real headless Chromium: one dead zone is one
+// hexagon on the map, hovering it tells its figures, and the legend's
+// toggle hides it and shows it again.
+func TestPage_DeadZoneInChromium(t *testing.T) {
+	h := newHub(t, func(c *Config) { c.Now = time.Now })
+	f := h.Feed("a")
+	f.Position([]byte("c1"), 10, 41.995, 2.845) // ~2.5 km off: the hover is the zone's
+	cell := h3.LatLngToCell(h3.LatLng{Lat: 41.9794, Lng: 2.8214}, 8)
+	f.Result(&result.Record{Type: result.DeadZone, Start: t0 - hourMS, End: t0, Cell: cell,
+		Zone: &result.Zone{Warnings: 3, Couriers: 2, Restored: 2, SilenceMs: 130_000, LongestMs: 90_000}})
+	srv := serve(t, h)
+	br := testenv.StartChromium(t, 1024, 700)
+	br.Do(t, 20*time.Second, chromedp.Navigate(srv.URL+"/board/a"))
+	const polygon = `document.querySelector("#zones polygon")`
+	br.Wait(t, 15*time.Second, `document.querySelectorAll("#zones polygon").length == 1 && document.getElementById("zones").dataset.drawn == 1 && document.getElementById("map").dataset.drawn == 1`,
+		`document.querySelectorAll("#zones polygon").length + " polygons, drawn " + document.getElementById("zones").dataset.drawn`)
+	if n := testenv.Eval[int](t, br, polygon+`.points.numberOfItems`); n != 6 {
+		t.Errorf("the dead zone's polygon has %d points, want a hexagon's 6", n)
+	}
+	if class := testenv.Eval[string](t, br, polygon+`.getAttribute("class")`); class != "z2" {
+		t.Errorf("the polygon of 3 warnings has class %q, want z2 (2–4)", class)
+	}
+	// The polygon's centre on the page, which must be the polygon itself
+	// (drawn there, and on top).
+	at := testenv.Eval[[]float64](t, br, `(() => { const r = `+polygon+`.getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })()`)
+	x, y := at[0], at[1]
+	under := fmt.Sprintf(`document.elementFromPoint(%v, %v) === %s`, x, y, polygon)
+	if !testenv.Eval[bool](t, br, under) {
+		t.Fatalf("the polygon's centre (%.0f, %.0f) is not on the polygon: %s", x, y,
+			testenv.Eval[string](t, br, fmt.Sprintf(`String(document.elementFromPoint(%v, %v))`, x, y)))
+	}
+	br.Do(t, 5*time.Second, chromedp.MouseEvent(input.DispatchMouseEventTypeMouseMoved, x, y))
+	want := "dead zone " + cell.String() + " (a)\n" +
+		"3 warnings: 1 open, 2 restored\n" +
+		"2 couriers\n" +
+		"mean silence 1 min 5 s, longest 1 min 30 s\n" +
+		"1 window: 2024-09-14 12:00 – 13:00 UTC"
+	br.Wait(t, 5*time.Second, `!document.getElementById("tip").hidden`, `document.getElementById("tip").hidden`)
+	if got := testenv.Eval[string](t, br, `document.getElementById("tip").textContent`); got != want {
+		t.Errorf("hover text %q, want %q", got, want)
+	}
+
+	br.Do(t, 5*time.Second, chromedp.Click(chromedp.ID("zones-toggle")))
+	br.Wait(t, 5*time.Second, `!`+polygon+`.checkVisibility() && document.getElementById("zones").dataset.drawn == 0 && !(`+under+`)`,
+		`document.getElementById("zones").dataset.drawn`)
+	if !testenv.Eval[bool](t, br, `document.getElementById("map").dataset.drawn == 1`) {
+		t.Error("hiding the dead zones hid the courier")
+	}
+	br.Do(t, 5*time.Second, chromedp.Click(chromedp.ID("zones-toggle")))
+	br.Wait(t, 5*time.Second, polygon+`.checkVisibility() && `+under, `document.getElementById("zones").dataset.drawn`)
 	if errs := br.Errors(); len(errs) > 0 {
 		t.Errorf("the page reported errors: %q", errs)
 	}

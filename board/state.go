@@ -107,6 +107,7 @@ type state struct {
 	order    []*courier // in arrival order, for stable snapshots; gone ones until compacted
 	goneIn   int        // gone couriers still in order
 	dirty    []*courier
+	zones    *zoneLayer
 	markets  []marketView
 	clients  map[*client]struct{}
 	refused  uint64
@@ -122,21 +123,29 @@ func (h *Hub) run() {
 	st := &state{
 		cfg:      h.cfg,
 		couriers: map[string]*courier{},
+		zones:    newZoneLayer(h.cfg.MaxDeadZoneCells),
 		markets:  make([]marketView, len(h.cfg.Markets)),
 		clients:  map[*client]struct{}{},
 	}
 	spare := make([]event, 0, h.cfg.Mailbox)
+	var zspare []zoneEvent
 	drain := time.NewTicker(h.cfg.DrainEvery)
 	defer drain.Stop()
 	send := time.NewTicker(h.cfg.Interval)
 	defer send.Stop()
 	applyBox := func() {
 		var box []event
-		box, st.dropped = h.swap(spare)
+		var zbox []zoneEvent
+		box, zbox, st.dropped = h.swap(spare, zspare)
 		for i := range box {
 			st.apply(&box[i])
 		}
-		spare = box
+		for i := range zbox {
+			if !st.zones.add(&zbox[i]) {
+				st.refused++
+			}
+		}
+		spare, zspare = box, zbox
 		h.publish(st) // before anything is sent: Stats covers what pages see
 	}
 	st.sample(h.cfg.Now())
@@ -170,8 +179,8 @@ func (h *Hub) run() {
 func (h *Hub) publish(st *state) {
 	h.statsMu.Lock()
 	h.stats = Stats{
-		Refused: st.refused, SlowClients: st.slow, Updates: st.updates, UpdateBytes: st.bytes,
-		Couriers: len(st.couriers), Clients: len(st.clients),
+		Refused: st.refused, DeadZonesDropped: st.zones.dropped, SlowClients: st.slow, Updates: st.updates, UpdateBytes: st.bytes,
+		Couriers: len(st.couriers), Clients: len(st.clients), DeadZones: len(st.zones.cells),
 	}
 	h.statsMu.Unlock()
 }
@@ -267,18 +276,18 @@ func (st *state) add(c *client, now time.Time) {
 		close(c.ch)
 		return
 	}
-	c.ch <- st.encode(c.market, now, st.order, true) // ch is empty: never blocks
+	c.ch <- st.encode(c.market, now, st.order, st.zones.all(), true) // ch is empty: never blocks
 	st.clients[c] = struct{}{}
 }
 
-// broadcast sends every page the couriers changed since the last update,
-// encoded once per market filter.
+// broadcast sends every page the couriers and dead-zone cells changed
+// since the last update, encoded once per market filter.
 func (st *state) broadcast(now time.Time) {
 	var msgs = map[int][]byte{}
 	for c := range st.clients {
 		msg, ok := msgs[c.market]
 		if !ok {
-			msg = st.encode(c.market, now, st.dirty, false)
+			msg = st.encode(c.market, now, st.dirty, st.zones.dirty, false)
 			msgs[c.market] = msg
 		}
 		select {
@@ -293,22 +302,41 @@ func (st *state) broadcast(now time.Time) {
 		c.dirty = false
 	}
 	st.dirty = st.dirty[:0]
+	st.zones.sent()
 }
 
-// encode renders one SSE message: the markets' status and the couriers of
-// cs in the market filter (-1: all), as
+// encode renders one SSE message: the markets' status, the couriers of cs
+// and the dead-zone cells of zs in the market filter (-1: all), as
 //
 //	{"full":bool,"now":ms,"interval_ms":n,"tiles":"…","dropped":n,"refused":n,
 //	 "markets":[{"name":…,"mqtt":bool,"nats":bool,"lag_ms":n|null,
 //	            "received_per_s":x,"late_per_s":x,"rejected_per_s":x}],
 //	 "gone":[id,…],
-//	 "c":[[id,market,lat,lon,timestamp_ms,state,distance_m|null,window_end_ms,revision],…]}
+//	 "c":[[id,market,lat,lon,timestamp_ms,state,distance_m|null,window_end_ms,revision],…],
+//	 "zones_dropped":n,
+//	 "zones_gone":[[cell,market],…],
+//	 "zones":[[cell,market,warnings,couriers,restored,open,silence_ms,
+//	           longest_silence_ms,windows,first_window_start_ms,last_window_end_ms,
+//	           [[lat,lon],…]],…]}
 //
 // where market indexes "markets", state is a State code, revision numbers
 // the firing of the window shown (0: its first firing), and gone lists
 // the couriers forgotten since the last update (to remove before adding
 // those of "c": a courier forgotten and back is in both).
-func (st *state) encode(filter int, now time.Time, cs []*courier, full bool) []byte {
+//
+// "zones" are the dead-zone cells (ZoneHorizon, in the package doc): cell
+// is the H3 cell in hex as in the dead_zone results; warnings, couriers,
+// restored, silence_ms are summed over the cell's windows within the
+// horizon (couriers per window, so a courier silent in two windows counts
+// twice), open is warnings − restored, longest_silence_ms the longest of
+// them; windows counts those windows, spanning first_window_start_ms to
+// last_window_end_ms; the last member is the cell's outline in degrees.
+// "zones_gone" lists the cells whose last window left the layer since the
+// last update (to remove before adding those of "zones", as for couriers),
+// and zones_dropped is Stats.DeadZonesDropped. A snapshot ("full") has
+// every cell, a later update the cells changed since the previous one.
+// The members before "zones_dropped" are as they were before the layer.
+func (st *state) encode(filter int, now time.Time, cs []*courier, zs []*zoneCell, full bool) []byte {
 	b := append(st.buf[:0], "data: {\"full\":"...)
 	b = strconv.AppendBool(b, full)
 	b = append(b, `,"now":`...)
@@ -383,7 +411,15 @@ func (st *state) encode(filter int, now time.Time, cs []*courier, full bool) []b
 		b = strconv.AppendInt(b, int64(c.distRev), 10)
 		b = append(b, ']')
 	}
-	b = append(b, "]}\n\n"...)
+	b = append(b, `],"zones_dropped":`...)
+	var zonesDropped uint64
+	if st.zones != nil {
+		zonesDropped = st.zones.dropped
+	}
+	b = strconv.AppendUint(b, zonesDropped, 10)
+	b = append(b, ',')
+	b = appendZones(b, filter, zs, full)
+	b = append(b, "}\n\n"...)
 	st.buf = b
 	st.updates++
 	st.bytes += uint64(len(b))

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+
+	"github.com/uber/h3-go/v4"
 )
 
 // Update is one event-stream message decoded, for clients written in Go
@@ -31,6 +33,15 @@ type Update struct {
 	Gone []string `json:"gone"`
 	// Couriers are the couriers, Market indexing Markets.
 	Couriers []CourierUpdate `json:"c"`
+	// ZonesDropped is the hub's Stats.DeadZonesDropped.
+	ZonesDropped uint64 `json:"zones_dropped"`
+	// ZonesGone are the dead-zone cells that left the layer since the
+	// previous message (never in a Full one), to remove before applying
+	// Zones.
+	ZonesGone []ZoneKey `json:"zones_gone"`
+	// Zones are the dead-zone cells: every cell in a Full message, later
+	// the cells changed since the previous one.
+	Zones []ZoneUpdate `json:"zones"`
 }
 
 // MarketUpdate is a market's health in an Update.
@@ -82,6 +93,66 @@ func (c *CourierUpdate) UnmarshalJSON(b []byte) error {
 	c.State = State(state)
 	if dist != nil {
 		c.DistanceM, c.HasDistance = *dist, true
+	}
+	return nil
+}
+
+// ZoneKey names a dead-zone cell in an Update, sent as [cell, market].
+type ZoneKey struct {
+	// Cell is the H3 cell, sent in hex as in the dead_zone results.
+	Cell h3.Cell
+	// Market indexes Update.Markets.
+	Market int
+}
+
+// UnmarshalJSON reads the array form.
+func (k *ZoneKey) UnmarshalJSON(b []byte) error {
+	a := []any{&k.Cell, &k.Market}
+	if err := json.Unmarshal(b, &a); err != nil {
+		return fmt.Errorf("board: dead zone %s: %w", b, err)
+	}
+	if len(a) != 2 {
+		return fmt.Errorf("board: dead zone %s: want [cell, market]", b)
+	}
+	return nil
+}
+
+// ZoneUpdate is a dead-zone cell in an Update: the dead_zone results of
+// the cell whose windows end within ZoneHorizon of the newest window end
+// the board has received, summed. It is sent as the JSON array [cell,
+// market, warnings, couriers, restored, open, silence_ms,
+// longest_silence_ms, windows, first_window_start_ms, last_window_end_ms,
+// [[lat,lon],…]].
+type ZoneUpdate struct {
+	ZoneKey
+	// Warnings, Couriers, Restored and SilenceMS are the windows' sums (a
+	// courier silent in two windows counts twice), Open is Warnings −
+	// Restored and LongestMS the longest restored silence, ms.
+	Warnings, Couriers, Restored, Open int
+	SilenceMS, LongestMS               int64
+	// Windows is how many windows were summed: the first starting at
+	// FirstStart, the last ending at LastEnd, ms since the Unix epoch.
+	Windows             int
+	FirstStart, LastEnd int64
+	// Boundary is the cell's outline, in degrees (h3.CellToBoundary, to
+	// 7 decimals).
+	Boundary []h3.LatLng
+}
+
+// UnmarshalJSON reads the array form.
+func (z *ZoneUpdate) UnmarshalJSON(b []byte) error {
+	var outline [][2]float64
+	a := []any{&z.Cell, &z.Market, &z.Warnings, &z.Couriers, &z.Restored, &z.Open, &z.SilenceMS, &z.LongestMS,
+		&z.Windows, &z.FirstStart, &z.LastEnd, &outline}
+	if err := json.Unmarshal(b, &a); err != nil {
+		return fmt.Errorf("board: dead zone %s: %w", b, err)
+	}
+	if len(a) != 12 || len(outline) < 3 {
+		return fmt.Errorf("board: dead zone %s: want 12 fields and an outline of 3 points or more", b)
+	}
+	z.Boundary = make([]h3.LatLng, len(outline))
+	for i, p := range outline {
+		z.Boundary[i] = h3.LatLng{Lat: p[0], Lng: p[1]}
 	}
 	return nil
 }

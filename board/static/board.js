@@ -1,6 +1,9 @@
 // edgeproc fleet board: one EventSource, one canvas. Couriers live in a Map;
 // each message (at most one per interval_ms) updates it, then one animation
 // frame redraws the canvas and the few table rows. No DOM node per courier.
+// Dead zones (the cells where couriers lost signal in the last 24 h) are one
+// SVG polygon each over the canvas, redrawn only when they or the view
+// change.
 "use strict";
 (function () {
   const STATES = ["unknown", "moving", "stopped", "no_signal"];
@@ -12,6 +15,13 @@
   const canvas = document.getElementById("map");
   const ctx = canvas.getContext("2d");
   const tip = document.getElementById("tip");
+  const zoneLayer = document.getElementById("zones");
+  const SVG = zoneLayer.namespaceURI; // SVG's: the layer is an <svg>
+  const zoneToggle = document.getElementById("zones-toggle");
+  // "market|cell" -> {cell, m, w, c, r, o, s, l, n, fs, le, b, x0, x1, y0, y1, el}
+  const zones = new Map();
+  const zonesChanged = new Set(); // zones to redraw at the next frame
+  let zonesShown = zoneToggle.checked, zonesView = null, zonesDropped = 0;
   const couriers = new Map(); // id -> {m, lat, lon, ts, st, d, de, x, y}
   let markets = [], skew = 0, tiles = "", view = null, pending = false;
   let updates = 0, lastBytes = 0, dropped = 0, refused = 0, renders = 0, renderMs = 0;
@@ -21,6 +31,7 @@
     stateOf: id => drawn.state.get(id) || null,
     updates: () => updates,
     couriers: () => couriers.size,
+    zones: () => zones.size,
     // Frames drawn and the time they took (canvas and tables), ms.
     renders: () => ({count: renders, ms: renderMs}),
   };
@@ -43,8 +54,13 @@
     for (const c of msg.c) {
       couriers.set(c[0], {m: c[1], lat: c[2], lon: c[3], ts: c[4], st: c[5], d: c[6], de: c[7], rv: c[8]});
     }
+    if (msg.full) clearZones();
+    for (const k of msg.zones_gone || []) dropZone(k[1] + "|" + k[0]);
+    for (const z of msg.zones || []) setZone(z);
+    zonesDropped = msg.zones_dropped || 0;
     schedule();
   };
+  zoneToggle.addEventListener("change", () => { zonesShown = zoneToggle.checked; tip.hidden = true; schedule(); });
   addEventListener("resize", () => { view = null; schedule(); });
 
   function schedule() {
@@ -58,12 +74,18 @@
     return (0.5 - Math.log((1 + s) / (1 - s)) / (4 * Math.PI)) * 256;
   }
 
-  // fit chooses the zoom and centre that show every courier.
+  // fit chooses the zoom and centre that show every courier, and every
+  // dead zone when they are shown.
   function fit(w, h) {
     let x0 = Infinity, x1 = -Infinity, y0 = Infinity, y1 = -Infinity;
     for (const c of couriers.values()) {
       const x = mx(c.lon), y = my(c.lat);
       x0 = Math.min(x0, x); x1 = Math.max(x1, x); y0 = Math.min(y0, y); y1 = Math.max(y1, y);
+    }
+    if (zonesShown) {
+      for (const z of zones.values()) {
+        x0 = Math.min(x0, z.x0); x1 = Math.max(x1, z.x1); y0 = Math.min(y0, z.y0); y1 = Math.max(y1, z.y1);
+      }
     }
     if (!isFinite(x0)) return null;
     const dx = Math.max(x1 - x0, 1e-6), dy = Math.max(y1 - y0, 1e-6);
@@ -89,6 +111,7 @@
     if (!view || outside(view)) view = fit(w, h);
     const v = view;
     drawn.count = 0; drawn.byState = [0, 0, 0, 0]; drawn.state.clear();
+    drawZones(v);
     if (v) {
       if (tiles) drawTiles(v);
       const r = Math.max(3, Math.min(w, h) / 200);
@@ -123,7 +146,72 @@
       const p = project(v, c.lat, c.lon);
       if (p[0] < 0 || p[1] < 0 || p[0] > v.w || p[1] > v.h) return true;
     }
+    if (zonesShown) {
+      for (const z of zones.values()) {
+        if ((z.x0 - v.cx) * v.k + v.w / 2 < 0 || (z.x1 - v.cx) * v.k + v.w / 2 > v.w ||
+            (z.y0 - v.cy) * v.k + v.h / 2 < 0 || (z.y1 - v.cy) * v.k + v.h / 2 > v.h) return true;
+      }
+    }
     return false;
+  }
+
+  // Dead zones. A zone is [cell, market, warnings, couriers, restored, open,
+  // silence_ms, longest_silence_ms, windows, first_window_start_ms,
+  // last_window_end_ms, [[lat, lon], …]] (board/state.go, encode).
+  function setZone(a) {
+    const key = a[1] + "|" + a[0];
+    let z = zones.get(key);
+    if (!z) { z = {el: null}; zones.set(key, z); }
+    Object.assign(z, {cell: a[0], m: a[1], w: a[2], c: a[3], r: a[4], o: a[5], s: a[6], l: a[7], n: a[8], fs: a[9], le: a[10], b: a[11]});
+    z.x0 = z.y0 = Infinity; z.x1 = z.y1 = -Infinity;
+    for (const p of z.b) {
+      const x = mx(p[1]), y = my(p[0]);
+      z.x0 = Math.min(z.x0, x); z.x1 = Math.max(z.x1, x); z.y0 = Math.min(z.y0, y); z.y1 = Math.max(z.y1, y);
+    }
+    zonesChanged.add(z);
+  }
+
+  function dropZone(key) {
+    const z = zones.get(key);
+    if (!z) return;
+    if (z.el) z.el.remove();
+    zones.delete(key); zonesChanged.delete(z);
+  }
+
+  function clearZones() {
+    zoneLayer.replaceChildren();
+    zones.clear(); zonesChanged.clear(); zonesView = null;
+  }
+
+  // The colour class of a cell by its warnings: 1, 2–4, 5–9, 10 or more.
+  function zoneClass(w) { return w >= 10 ? "z4" : w >= 5 ? "z3" : w >= 2 ? "z2" : "z1"; }
+
+  // drawZones places the polygons of the zones that changed, or of every
+  // zone when the view changed.
+  function drawZones(v) {
+    zoneLayer.style.display = zonesShown ? "" : "none";
+    if (zonesShown && v) {
+      for (const z of v !== zonesView ? zones.values() : zonesChanged) {
+        if (!z.el) { z.el = document.createElementNS(SVG, "polygon"); z.el.zone = z; zoneLayer.appendChild(z.el); }
+        z.el.setAttribute("points", z.b.map(p => project(v, p[0], p[1]).map(n => n.toFixed(1)).join(",")).join(" "));
+        z.el.setAttribute("class", zoneClass(z.w));
+      }
+      zonesChanged.clear(); zonesView = v;
+    }
+    zoneLayer.dataset.drawn = zonesShown && v ? zones.size : 0;
+    document.getElementById("n-zones").textContent = zones.size;
+  }
+
+  function utc(ms) { return new Date(ms).toISOString().slice(0, 16).replace("T", " "); }
+  function plural(n, word) { return n + " " + word + (n === 1 ? "" : "s"); }
+
+  function zoneText(z) {
+    const a = utc(z.fs), b = utc(z.le);
+    return `dead zone ${z.cell} (${markets[z.m] ? markets[z.m].name : ""})\n` +
+      `${plural(z.w, "warning")}: ${z.o} open, ${z.r} restored\n` +
+      plural(z.c, "courier") + (z.n > 1 ? " (summed over the windows)" : "") + "\n" +
+      (z.r > 0 ? `mean silence ${dur(z.s / z.r)}, longest ${dur(z.l)}` : "mean silence –, none restored") + "\n" +
+      `${plural(z.n, "window")}: ${a} – ${a.slice(0, 10) === b.slice(0, 10) ? b.slice(11) : b} UTC`;
   }
 
   function ringNoSignal(R, w, h) {
@@ -224,22 +312,31 @@
       : "no window has fired yet";
     fill("distance", dist.slice(0, 15).map(([id, c]) => [id, (c.d / 1000).toFixed(2), LABEL[STATES[c.st]]]));
     document.getElementById("footer").textContent =
-      `${couriers.size} couriers · ${updates} updates (last ${(lastBytes / 1024).toFixed(1)} KiB) · board dropped ${dropped}, refused ${refused}`;
+      `${couriers.size} couriers · ${zones.size} dead-zone cells` + (zonesDropped ? ` (${zonesDropped} windows dropped at the cap)` : "") +
+      ` · ${updates} updates (last ${(lastBytes / 1024).toFixed(1)} KiB) · board dropped ${dropped}, refused ${refused}`;
   }
 
-  canvas.addEventListener("mousemove", e => {
+  // Hover: the nearest courier within 10 px, else the dead zone under the
+  // pointer (its polygon is the event's target: the layer is over the canvas).
+  const mapArea = canvas.parentElement;
+  mapArea.addEventListener("mousemove", e => {
+    const zone = e.target.zone;
+    if (e.target !== canvas && !zone) { tip.hidden = true; return; }
     const rect = canvas.getBoundingClientRect(), x = e.clientX - rect.left, y = e.clientY - rect.top;
     let best = null, bd = 100;
     for (const [id, c] of couriers) {
       const d = (c.x - x) ** 2 + (c.y - y) ** 2;
       if (d < bd) { bd = d; best = [id, c]; }
     }
-    if (!best) { tip.hidden = true; return; }
-    const [id, c] = best, now = Date.now() + skew;
-    tip.textContent = `${id} (${markets[c.m] ? markets[c.m].name : ""})\n${LABEL[STATES[c.st]]}` +
-      (c.d !== null ? `\n${(c.d / 1000).toFixed(2)} km in the latest window` + (c.rv > 0 ? ` (revision ${c.rv})` : "") : "") +
-      `\nlast position ${dur(now - c.ts)} ago`;
+    if (best) {
+      const [id, c] = best, now = Date.now() + skew;
+      tip.textContent = `${id} (${markets[c.m] ? markets[c.m].name : ""})\n${LABEL[STATES[c.st]]}` +
+        (c.d !== null ? `\n${(c.d / 1000).toFixed(2)} km in the latest window` + (c.rv > 0 ? ` (revision ${c.rv})` : "") : "") +
+        `\nlast position ${dur(now - c.ts)} ago`;
+    } else if (zone) {
+      tip.textContent = zoneText(zone);
+    } else { tip.hidden = true; return; }
     tip.style.left = (x + 14) + "px"; tip.style.top = (y + 10) + "px"; tip.hidden = false;
   });
-  canvas.addEventListener("mouseleave", () => { tip.hidden = true; });
+  mapArea.addEventListener("mouseleave", () => { tip.hidden = true; });
 })();
