@@ -308,7 +308,7 @@ func TestLoadLive_UnsetSecretIsAnError(t *testing.T) {
 // refused naming the key, the file and what is wrong.
 func TestLoad_ServiceArea(t *testing.T) {
 	dir := t.TempDir()
-	area, err := os.ReadFile("../geo/testdata/girona-area.geojson")
+	area, err := os.ReadFile("../demo/girona-area.geojson")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ package demo
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"io"
@@ -34,9 +35,17 @@ import (
 
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/fleet"
+	"github.com/km0/edgeproc/geo"
 	"github.com/km0/edgeproc/service"
 	"github.com/km0/edgeproc/sim"
 )
+
+// gironaArea is the demo's service area, Girona's built-up area drawn by
+// hand (README.md): the fleet's couriers, round the city centre, drive in
+// and out of it.
+//
+//go:embed girona-area.geojson
+var gironaArea []byte
 
 // Market is the demo's market name.
 const Market = "demo"
@@ -146,7 +155,9 @@ func (o Options) withDefaults() Options {
 
 // marketConfig is the processor's configuration for the demo: short windows
 // so that distance (20 s windows every 10 s), no_signal (15 s of silence),
-// signal_restored and late records all show up within a minute.
+// signal_restored, late records and dead zones (30 s windows) all show up
+// within a minute, and Girona's service area, which couriers leave and
+// enter every few seconds.
 func marketConfig(mqttAddr, httpAddr, stateDir string) (config.Config, error) {
 	c := config.Default()
 	c.Market = Market
@@ -162,6 +173,12 @@ func marketConfig(mqttAddr, httpAddr, stateDir string) (config.Config, error) {
 	c.Windows.AllowedLateness = 30 * time.Second // the delay profile's tail revises windows now and then
 	c.Windows.IdleTimeout = 5 * time.Second
 	c.Windows.MaxFutureSkew = time.Minute
+	c.DeadZones.Window = 30 * time.Second
+	area, err := geo.ParseArea("girona-area.geojson", gironaArea, geo.AreaResolution)
+	if err != nil {
+		return c, fmt.Errorf("demo service area: %w", err)
+	}
+	c.Geo.ServiceArea, c.Geo.Area = "girona-area.geojson (embedded)", area
 	c.NATS.MaxAge = time.Hour
 	c.NATS.MaxBytes = demoMaxBytes
 	c.State.Dir = stateDir
@@ -181,6 +198,9 @@ func fleetTweaks() fleet.Config {
 		TunnelFraction: 0.25,
 		TunnelMin:      20 * time.Second,
 		TunnelMax:      40 * time.Second,
+		// Round the south edge of Girona's service area, so that couriers
+		// leave and enter it within the demo's first minutes.
+		CenterLat: 41.952, CenterLon: 2.8214,
 	}
 }
 

@@ -76,6 +76,9 @@ func (f *feed) handle(data []byte) {
 		return
 	case "late":
 		return
+	case "dead_zone": // a place, not a courier
+		f.printLocked(f.p.Line(r))
+		return
 	}
 	c := f.couriers[r.Courier]
 	if c == nil {
@@ -104,6 +107,8 @@ func (f *feed) handle(data []byte) {
 		f.printLocked(f.p.Line(r))
 	case "signal_restored":
 		c.silent = false
+		f.printLocked(f.p.Line(r))
+	case "left_area", "entered_area":
 		f.printLocked(f.p.Line(r))
 	}
 }

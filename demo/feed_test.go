@@ -30,6 +30,8 @@ func TestFeed_PrintsEventsNotWindows(t *testing.T) {
 		`{"type":"no_signal","courier":"demo-c0003","session_start_ms":1767614340000,"last_seen_ms":1767614382000,"last_lat":41.9,"last_lon":2.8,"emitted_at_ms":1767614400000}`,
 		`{"type":"signal_restored","courier":"demo-c0003","silent_from_ms":1767614382000,"restored_at_ms":1767614406100,"gap_ms":24100,"emitted_at_ms":1767614407000}`,
 		`{"type":"rejected","market":"demo","key":"k","reason":"bad_coordinates","raw":"{\"courier\":\"demo-c0031\",\"lat\":-94.348001,\"lon\":2.794999,\"timestamp_ms\":1}","line":7,"emitted_at_ms":1767614400000}`,
+		`{"type":"left_area","courier":"demo-c0005","timestamp_ms":1767614390000,"lat":41.95,"lon":2.82,"emitted_at_ms":1767614401000}`,
+		`{"type":"dead_zone","market":"demo","key":"k2","window_start_ms":1767614340000,"window_end_ms":1767614370000,"cell":"883945cadbfffff","warnings":2,"couriers":2,"restored":1,"open":1,"silence_ms":24100,"longest_silence_ms":24100,"emitted_at_ms":1767614402000}`,
 		`{"type":"something_new","emitted_at_ms":1}`,
 		`not json`,
 	} {
@@ -40,11 +42,17 @@ func TestFeed_PrintsEventsNotWindows(t *testing.T) {
 		"12:00:07 signal_restored demo-c0003   back after 24.1s of silence",
 		// The rejected line names the courier its payload named.
 		`12:00:00 rejected        demo-c0031   bad_coordinates  "{\"courier\":\"demo-c0031\",\"lat\":-94.348001,\"lon\":2.794999,\"tim…"`,
+		"12:00:01 left_area       demo-c0005   at 11:59:50, 41.95000,2.82000",
+		"12:00:02 dead_zone       -            cell 883945cadbfffff  2 no_signal of 2 couriers, 1 back after 24.1s in all  window 11:59:00-11:59:30",
 	}, "\n") + "\n"
 	if got := out.String(); got != want {
 		t.Errorf("got\n%s\nwant\n%s", got, want)
 	}
-	if got, want := f.totals(), [len(types)]uint64{1, 1, 1, 1, 1}; got != want {
+	var counts [len(types)]uint64
+	for _, typ := range []string{"distance", "late", "no_signal", "signal_restored", "rejected", "left_area", "dead_zone"} {
+		counts[typeIndex(typ)] = 1
+	}
+	if got, want := f.totals(), counts; got != want {
 		t.Errorf("got counts %v, want %v", got, want)
 	}
 	if f.other != 2 {

@@ -182,7 +182,7 @@ func BenchmarkEngineArea(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	girona, err := geo.LoadArea("../geo/testdata/girona-area.geojson", geo.AreaResolution)
+	girona, err := geo.LoadArea("../demo/girona-area.geojson", geo.AreaResolution)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -362,7 +362,7 @@ func TestCheckpoint_FastClockDuplicateAcrossRestore(t *testing.T) {
 
 func gironaArea(t *testing.T) *geo.Area {
 	t.Helper()
-	a, err := geo.LoadArea("../geo/testdata/girona-area.geojson", geo.AreaResolution)
+	a, err := geo.LoadArea("../demo/girona-area.geojson", geo.AreaResolution)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -224,8 +224,8 @@ func TestArea_SideFollowsTheBand(t *testing.T) {
 		path      string
 		res, band int
 	}{
-		{"testdata/girona-area.geojson", 9, 1},
-		{"testdata/girona-area.geojson", 10, 1},
+		{"../demo/girona-area.geojson", 9, 1},
+		{"../demo/girona-area.geojson", 10, 1},
 		{"testdata/square-hole.geojson", 9, 2},
 		{"testdata/square-hole.geojson", 9, 0},
 		{"testdata/multipolygon.geojson", 9, 3},
@@ -337,7 +337,7 @@ func ringAreaKm2(ring h3.GeoLoop) float64 {
 // TestArea_Girona: the hand-drawn outline loads, holds the old town, not
 // Barcelona, and its cells cover the drawn area to within a few percent.
 func TestArea_Girona(t *testing.T) {
-	const path = "testdata/girona-area.geojson"
+	const path = "../demo/girona-area.geojson"
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -464,7 +464,7 @@ func TestSide_String(t *testing.T) {
 // Girona's latitude small enough that a square at the MaxAreaCells cap is
 // not refused for it.
 func TestFillLimit(t *testing.T) {
-	for _, path := range []string{"testdata/girona-area.geojson", "testdata/square-hole.geojson", "testdata/multipolygon.geojson"} {
+	for _, path := range []string{"../demo/girona-area.geojson", "testdata/square-hole.geojson", "testdata/multipolygon.geojson"} {
 		data, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)
@@ -546,7 +546,7 @@ func benchPoints(n int) [][2]float64 {
 // BenchmarkAreaSide: the per-position cost of placing a courier, the cell
 // (LatLngToCell) and its Side, and of Side alone.
 func BenchmarkAreaSide(b *testing.B) {
-	a := mustLoadArea(b, "testdata/girona-area.geojson", 9)
+	a := mustLoadArea(b, "../demo/girona-area.geojson", 9)
 	pts := benchPoints(4096)
 	b.Run("cell+side", func(b *testing.B) {
 		b.ReportAllocs()

@@ -14,11 +14,11 @@ import (
 // gironaOutline returns the area and its outline's vertices.
 func gironaOutline(t *testing.T) (*geo.Area, [][2]float64) {
 	t.Helper()
-	a, err := geo.LoadArea("testdata/girona-area.geojson", geo.AreaResolution)
+	a, err := geo.LoadArea("../demo/girona-area.geojson", geo.AreaResolution)
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile("testdata/girona-area.geojson")
+	data, err := os.ReadFile("../demo/girona-area.geojson")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import "testing"
 // spike, the border band and fixes out of order move nobody, and a fix in
 // the band breaks a row.
 func TestPresence_Hysteresis(t *testing.T) {
-	a, err := LoadArea("testdata/girona-area.geojson", AreaResolution)
+	a, err := LoadArea("../demo/girona-area.geojson", AreaResolution)
 	if err != nil {
 		t.Fatal(err)
 	}
