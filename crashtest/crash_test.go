@@ -70,13 +70,22 @@ func waitReady(tb testing.TB, listen string, d time.Duration) {
 
 func mustConfig(tb testing.TB, dir, mqttURL, natsURL string) (string, config.Config) {
 	tb.Helper()
+	// Girona's service area, which the fleet's couriers (round its
+	// centre) drive in and out of; and dead zones over 10 s windows, so
+	// that they fire during the run.
+	area, err := filepath.Abs("../demo/girona-area.geojson")
+	if err != nil {
+		tb.Fatal(err)
+	}
 	y := fmt.Sprintf(`market: %s
 mqtt: {url: %q, client_id: edgeproc-crash}
 nats: {url: %q, duplicate_window: 10m}
 windows: {size: 20s, slide: 10s, gap: 15s, tolerated_delay: 2s, allowed_lateness: 2m, max_future_skew: 24h}
+dead_zones: {window: 10s}
+geo: {service_area: %q}
 state: {dir: %q, checkpoint_interval: 300ms}
 http: {listen: %q}
-`, market, mqttURL, natsURL, filepath.Join(dir, "state"), testenv.FreeAddr(tb))
+`, market, mqttURL, natsURL, area, filepath.Join(dir, "state"), testenv.FreeAddr(tb))
 	path := filepath.Join(dir, "crash.yaml")
 	if err := os.WriteFile(path, []byte(y), 0o644); err != nil {
 		tb.Fatal(err)
@@ -217,18 +226,32 @@ func expected(tb testing.TB, cfg config.Config, msgs []testenv.Message) (map[str
 	eng := engine.New(ecfg, func(rs []result.Record) {
 		for i := range rs {
 			buf = rs[i].AppendJSON(buf[:0])
-			buf = eoiRe.ReplaceAll(buf, nil)
 			addRecord(tb, buf, byKey, rejected)
 		}
 	})
-	for i, m := range msgs {
-		eng.Push(&engine.Input{Payload: m.Payload, Topic: m.Topic, Line: int64(i + 1)})
+	// The messages arrive 1 ms apart after every timestamp, so that no
+	// silence comes between them (nor in the live run: the fleet never
+	// stops) and none is ahead of the clock; then the final silence, a
+	// day of it, fires what the live run's final silence fires: every
+	// window and session, the no_signals of couriers that went silent
+	// at the end like any other (not end_of_input), and the dead zones.
+	var arrival int64
+	for _, m := range msgs {
+		var p struct {
+			TS int64 `json:"timestamp_ms"`
+		}
+		if json.Unmarshal(m.Payload, &p) == nil {
+			arrival = max(arrival, p.TS)
+		}
 	}
-	eng.EndOfInput()
+	for i, m := range msgs {
+		arrival++
+		eng.Push(&engine.Input{Payload: m.Payload, Topic: m.Topic, Line: int64(i + 1), Arrival: arrival, HasArrival: true})
+	}
+	eng.Tick(arrival + 24*3600_000)
+	eng.Stop()
 	return byKey, rejected
 }
-
-var eoiRe = regexp.MustCompile(`,"end_of_input":true`)
 
 func addRecord(tb testing.TB, data []byte, byKey map[string]string, rejected map[string]bool) {
 	tb.Helper()
@@ -327,7 +350,19 @@ func TestKill9_ResultsEqualUninterruptedRun(t *testing.T) {
 	wantByKey, wantRejected := expected(t, cfg, msgs)
 	t.Logf("fleet: %d messages; reference run: %d keyed results, %d rejected inputs", len(msgs), len(wantByKey), len(wantRejected))
 	revisions := testenv.Revisions(wantByKey)
-	t.Logf("reference run: %d revisions (allowed_lateness %v)", revisions, cfg.Windows.AllowedLateness)
+	zones, moves := 0, 0
+	for k := range wantByKey {
+		switch typ, _, _ := strings.Cut(k, "|"); typ {
+		case "dead_zone":
+			zones++
+		case "left_area", "entered_area":
+			moves++
+		}
+	}
+	t.Logf("reference run: %d revisions (allowed_lateness %v), %d dead zones, %d moves across the service area", revisions, cfg.Windows.AllowedLateness, zones, moves)
+	if zones == 0 || moves == 0 {
+		t.Fatalf("the reference run has %d dead zones and %d moves across the service area: the crash test is meant to carry both across its kills", zones, moves)
+	}
 	if len(wantByKey) == 0 || len(wantRejected) == 0 || revisions == 0 {
 		t.Fatalf("the reference run emitted too little to prove anything")
 	}
