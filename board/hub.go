@@ -27,6 +27,15 @@
 // most Config.MaxDeadZoneCells cells and 8 times as many windows; beyond,
 // the oldest windows are dropped and counted (Stats.DeadZonesDropped).
 //
+// A market with a service area (Market.Area) has its outline drawn: the
+// edges between the area's H3 cells and the cells not in it, joined into
+// rings, computed once by New and sent in every snapshot; at most
+// Config.MaxAreaEdges edges a market. A courier is marked outside the area
+// from the left_area result that moved it out, as of the result's
+// timestamp, until an entered_area result (Feed.Result); a move dated no
+// later than the one shown changes nothing, and a forgotten courier comes
+// back unmarked, as the engine starts it afresh.
+//
 // Feeding never blocks the engine: a call copies the event into a bounded
 // mailbox under a mutex held for that copy only; the hub swaps the mailbox
 // out every DrainEvery. Events that find the mailbox full are dropped and
@@ -44,6 +53,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/km0/edgeproc/geo"
 	"github.com/km0/edgeproc/result"
 )
 
@@ -83,6 +93,9 @@ type Market struct {
 	// Status returns the market's health. It is called from the hub's
 	// goroutine and must be safe for that; nil shows no health.
 	Status func() Status
+	// Area is the market's service area (config geo.service_area), nil for
+	// none. Its outline is drawn on the page.
+	Area *geo.Area
 }
 
 // Config configures a Hub.
@@ -106,6 +119,12 @@ type Config struct {
 	// together, and its windows at 8 times as many; past either cap the
 	// oldest windows are dropped (Stats.DeadZonesDropped). Default 5 000.
 	MaxDeadZoneCells int
+	// MaxAreaEdges caps the edges of each market's service-area outline;
+	// past it the outline is cut (the edges of the first cells, by H3
+	// index, are kept) and the page says so. A city's outline has a few
+	// hundred edges at resolution 9; 20 000 are ~450 KB in each snapshot.
+	// Default 20 000.
+	MaxAreaEdges int
 	// ClientBuffer is how many messages may wait for one page; a page
 	// further behind is disconnected (Stats.SlowClients). Default 8.
 	ClientBuffer int
@@ -127,6 +146,7 @@ func (c Config) withDefaults() Config {
 	def(&c.Mailbox, DefaultMailbox)
 	def(&c.MaxCouriers, DefaultMaxCouriers)
 	def(&c.MaxDeadZoneCells, DefaultMaxDeadZoneCells)
+	def(&c.MaxAreaEdges, DefaultMaxAreaEdges)
 	def(&c.ClientBuffer, DefaultClientBuffer)
 	def(&c.MaxClients, DefaultMaxClients)
 	if c.Interval <= 0 {
@@ -167,8 +187,9 @@ var ErrClosed = errors.New("board: closed")
 
 // Hub owns the board's state; see the package doc.
 type Hub struct {
-	cfg   Config
-	names map[string]int // market name -> index
+	cfg      Config
+	names    map[string]int // market name -> index
+	outlines []*outline     // by market; nil: no service area
 
 	// mu guards only the mailbox hand-over, never the state.
 	mu      sync.Mutex
@@ -194,6 +215,8 @@ const (
 	evNoSignal
 	evRestored
 	evForget
+	evLeft    // left_area: ts is the move's timestamp
+	evEntered // entered_area: likewise
 )
 
 // event is one fed call, copied by value into the mailbox (no allocation).
@@ -234,6 +257,7 @@ func New(cfg Config) (*Hub, error) {
 			return nil, errors.New("board: market " + m.Name + " twice")
 		}
 		h.names[m.Name] = i
+		h.outlines = append(h.outlines, newOutline(m.Area, cfg.MaxAreaEdges))
 	}
 	go h.run()
 	return h, nil
@@ -285,9 +309,10 @@ func (f *Feed) Position(courier []byte, ts int64, lat, lon float64) {
 
 // Result records the courier state a result carries: distance (the
 // window's distance, stopped flag and revision), no_signal (silent since
-// End, last seen at Lat, Lon) and signal_restored; and a dead_zone's
-// figures, for the dead-zone layer. Other types are ignored: the market's
-// counters give their rates.
+// End, last seen at Lat, Lon) and signal_restored; left_area and
+// entered_area (outside the service area, or back in, as of TS); and a
+// dead_zone's figures, for the dead-zone layer. Other types are ignored:
+// the market's counters give their rates.
 func (f *Feed) Result(r *result.Record) {
 	if f == nil {
 		return
@@ -299,6 +324,10 @@ func (f *Feed) Result(r *result.Record) {
 		put(f, r.Courier, event{kind: evNoSignal, ts: r.End, start: r.Start, lat: r.Lat, lon: r.Lon})
 	case result.SignalRestored:
 		put(f, r.Courier, event{kind: evRestored, ts: r.RestoredAt, start: r.SilentFrom})
+	case result.LeftArea:
+		put(f, r.Courier, event{kind: evLeft, ts: r.TS})
+	case result.EnteredArea:
+		put(f, r.Courier, event{kind: evEntered, ts: r.TS})
 	case result.DeadZone:
 		if r.Zone != nil {
 			f.h.putZone(zoneEvent{market: f.market, cell: r.Cell, start: r.Start, end: r.End, zone: *r.Zone})

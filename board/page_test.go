@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -142,6 +143,55 @@ func TestPage_DeadZoneInChromium(t *testing.T) {
 	}
 	br.Do(t, 5*time.Second, chromedp.Click(chromedp.ID("zones-toggle")))
 	br.Wait(t, 5*time.Second, polygon+`.checkVisibility() && `+under, `document.getElementById("zones").dataset.drawn`)
+	if errs := br.Errors(); len(errs) > 0 {
+		t.Errorf("the page reported errors: %q", errs)
+	}
+}
+
+// The service area in a real headless Chromium: the outline is one path
+// of two rings (the square and its hole) with the legend's entry, and the
+// courier a left_area moved out has the outside ring and says since when
+// on hover; the courier inside has neither.
+func TestPage_ServiceAreaInChromium(t *testing.T) {
+	area := mustLoadArea(t, squareHole)
+	edges := newOutline(area, DefaultMaxAreaEdges).edges
+	h := newHub(t, func(c *Config) { c.Now = time.Now; c.Markets[0].Area = area })
+	f := h.Feed("a")
+	// South of the legend, which is over the map's top left.
+	f.Position([]byte("out"), t0-40*60_000, 41.77, 2.75)  // 3 km south of the area
+	f.Position([]byte("in"), t0-40*60_000, 41.815, 2.785) // in its south-east corner
+	f.Result(&result.Record{Type: result.LeftArea, Courier: "out", TS: t0 - 50*60_000, Lat: 41.79, Lon: 2.75})
+	f.Result(&result.Record{Type: result.EnteredArea, Courier: "in", TS: t0 - 45*60_000, Lat: 41.815, Lon: 2.785})
+	srv := serve(t, h)
+	br := testenv.StartChromium(t, 1024, 700)
+	br.Do(t, 20*time.Second, chromedp.Navigate(srv.URL+"/board/a"))
+	const path = `document.querySelector("#area path")`
+	br.Wait(t, 15*time.Second, fmt.Sprintf(`document.querySelectorAll("#area path").length == 1 && document.getElementById("area").dataset.edges == %d && document.getElementById("map").dataset.drawn == 2 && document.getElementById("map").dataset.drawn_outside == 1`, edges),
+		`document.querySelectorAll("#area path").length + " paths, " + document.getElementById("area").dataset.edges + " edges, drawn " + document.getElementById("map").dataset.drawn + ", outside " + document.getElementById("map").dataset.drawn_outside`)
+	if n := testenv.Eval[int](t, br, path+`.getAttribute("d").split("M").length - 1`); n != 2 {
+		t.Errorf("the outline's path has %d rings, want 2 (the square and its hole)", n)
+	}
+	// Drawn, and on the map: its box within the canvas, most of it.
+	box := testenv.Eval[[]float64](t, br, `(() => { const r = `+path+`.getBoundingClientRect(), m = document.getElementById("map").getBoundingClientRect();
+		return [r.left - m.left, r.top - m.top, r.right - m.left, r.bottom - m.top, m.width, m.height]; })()`)
+	if box[0] < 0 || box[1] < 0 || box[2] > box[4] || box[3] > box[5] || box[2]-box[0] < box[4]/4 && box[3]-box[1] < box[5]/4 {
+		t.Errorf("the outline's box %v is not well within the map's %v × %v", box[:4], box[4], box[5])
+	}
+	if !testenv.Eval[bool](t, br, path+`.checkVisibility() && document.getElementById("area-legend").checkVisibility() && document.getElementById("n-outside").textContent == "1"`) {
+		t.Errorf("outline or legend not shown: legend %q", testenv.Eval[string](t, br, `document.getElementById("area-legend").textContent`))
+	}
+	hover := func(id string) string {
+		at := testenv.Eval[[]float64](t, br, `(() => { const p = window.board.pointOf("`+id+`"), m = document.getElementById("map").getBoundingClientRect(); return [m.left + p[0], m.top + p[1]]; })()`)
+		br.Do(t, 5*time.Second, chromedp.MouseEvent(input.DispatchMouseEventTypeMouseMoved, at[0], at[1]))
+		br.Wait(t, 5*time.Second, `!document.getElementById("tip").hidden && document.getElementById("tip").textContent.startsWith("`+id+` ")`, `document.getElementById("tip").textContent`)
+		return testenv.Eval[string](t, br, `document.getElementById("tip").textContent`)
+	}
+	if got, want := hover("out"), "out (a)\nunknown\noutside the service area since 2024-09-14 12:10 UTC\nlast position "; !strings.HasPrefix(got, want) {
+		t.Errorf("hover text %q, want it to begin %q", got, want)
+	}
+	if got := hover("in"); strings.Contains(got, "outside") {
+		t.Errorf("hover text of the courier inside %q", got)
+	}
 	if errs := br.Errors(); len(errs) > 0 {
 		t.Errorf("the page reported errors: %q", errs)
 	}

@@ -40,8 +40,13 @@ type courier struct {
 	dist    float64 // metres in the latest fired window
 	distEnd int64   // that window's end, ms
 	distRev int32   // that firing's revision (0: the window's first firing)
-	dirty   bool    // changed since the last update sent
-	gone    bool    // forgotten: sent as gone, then dropped
+	// hasMove is set by the first left_area or entered_area; moveTS is
+	// the latest one's timestamp, outside whether it was a left_area.
+	hasMove bool
+	outside bool
+	moveTS  int64
+	dirty   bool // changed since the last update sent
+	gone    bool // forgotten: sent as gone, then dropped
 }
 
 func (c *courier) state() State {
@@ -108,6 +113,7 @@ type state struct {
 	goneIn   int        // gone couriers still in order
 	dirty    []*courier
 	zones    *zoneLayer
+	areas    []*outline // by market; nil: no service area
 	markets  []marketView
 	clients  map[*client]struct{}
 	refused  uint64
@@ -124,6 +130,7 @@ func (h *Hub) run() {
 		cfg:      h.cfg,
 		couriers: map[string]*courier{},
 		zones:    newZoneLayer(h.cfg.MaxDeadZoneCells),
+		areas:    h.outlines,
 		markets:  make([]marketView, len(h.cfg.Markets)),
 		clients:  map[*client]struct{}{},
 	}
@@ -234,6 +241,14 @@ func (st *state) apply(e *event) {
 			return
 		}
 		c.hasDist, c.stopped, c.dist, c.distEnd, c.distRev = true, e.stopped, e.dist, e.ts, e.rev
+	case evLeft, evEntered:
+		// A courier's moves are dated by strictly later fixes
+		// (geo.Presence): one dated no later than the move shown is that
+		// move again, or an older one re-delivered.
+		if c.hasMove && e.ts <= c.moveTS {
+			return
+		}
+		c.hasMove, c.outside, c.moveTS = true, e.kind == evLeft, e.ts
 	}
 	if !c.dirty {
 		c.dirty = true
@@ -312,15 +327,20 @@ func (st *state) broadcast(now time.Time) {
 //	 "markets":[{"name":…,"mqtt":bool,"nats":bool,"lag_ms":n|null,
 //	            "received_per_s":x,"late_per_s":x,"rejected_per_s":x}],
 //	 "gone":[id,…],
-//	 "c":[[id,market,lat,lon,timestamp_ms,state,distance_m|null,window_end_ms,revision],…],
+//	 "c":[[id,market,lat,lon,timestamp_ms,state,distance_m|null,window_end_ms,revision,
+//	       outside_since_ms|null],…],
 //	 "zones_dropped":n,
 //	 "zones_gone":[[cell,market],…],
 //	 "zones":[[cell,market,warnings,couriers,restored,open,silence_ms,
 //	           longest_silence_ms,windows,first_window_start_ms,last_window_end_ms,
-//	           [[lat,lon],…]],…]}
+//	           [[lat,lon],…]],…],
+//	 "areas":[{"market":n,"edges":n,"truncated":bool,"outline":[[[lat,lon],…],…]},…]}
 //
 // where market indexes "markets", state is a State code, revision numbers
-// the firing of the window shown (0: its first firing), and gone lists
+// the firing of the window shown (0: its first firing), outside_since_ms
+// is null unless the courier is outside its market's service area, and
+// then the timestamp_ms of the left_area result that moved it out (see
+// the package doc), and gone lists
 // the couriers forgotten since the last update (to remove before adding
 // those of "c": a courier forgotten and back is in both).
 //
@@ -336,6 +356,14 @@ func (st *state) broadcast(now time.Time) {
 // and zones_dropped is Stats.DeadZonesDropped. A snapshot ("full") has
 // every cell, a later update the cells changed since the previous one.
 // The members before "zones_dropped" are as they were before the layer.
+//
+// "areas" is in a snapshot only: the service-area outline of each market
+// that has one (Market.Area), as polylines in degrees to 7 decimals; a
+// closed ring ends with its first point (an area's outer rings and its
+// holes' are all rings). edges counts the H3 cell edges drawn; truncated
+// says the area had more than Config.MaxAreaEdges, and only the edges of
+// its first cells are drawn. outside_since_ms and "areas" came after the
+// dead-zone layer; the members before them are unchanged.
 func (st *state) encode(filter int, now time.Time, cs []*courier, zs []*zoneCell, full bool) []byte {
 	b := append(st.buf[:0], "data: {\"full\":"...)
 	b = strconv.AppendBool(b, full)
@@ -409,6 +437,12 @@ func (st *state) encode(filter int, now time.Time, cs []*courier, zs []*zoneCell
 		b = strconv.AppendInt(b, c.distEnd, 10)
 		b = append(b, ',')
 		b = strconv.AppendInt(b, int64(c.distRev), 10)
+		b = append(b, ',')
+		if c.outside {
+			b = strconv.AppendInt(b, c.moveTS, 10)
+		} else {
+			b = append(b, "null"...)
+		}
 		b = append(b, ']')
 	}
 	b = append(b, `],"zones_dropped":`...)
@@ -419,6 +453,10 @@ func (st *state) encode(filter int, now time.Time, cs []*courier, zs []*zoneCell
 	b = strconv.AppendUint(b, zonesDropped, 10)
 	b = append(b, ',')
 	b = appendZones(b, filter, zs, full)
+	if full {
+		b = append(b, ',')
+		b = appendAreas(b, filter, st.areas)
+	}
 	b = append(b, "}\n\n"...)
 	st.buf = b
 	st.updates++

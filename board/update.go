@@ -42,6 +42,9 @@ type Update struct {
 	// Zones are the dead-zone cells: every cell in a Full message, later
 	// the cells changed since the previous one.
 	Zones []ZoneUpdate `json:"zones"`
+	// Areas are the service-area outlines of the markets that have one;
+	// in a Full message only.
+	Areas []AreaUpdate `json:"areas"`
 }
 
 // MarketUpdate is a market's health in an Update.
@@ -60,7 +63,7 @@ type MarketUpdate struct {
 
 // CourierUpdate is a courier in an Update, sent as the JSON array
 // [id, market, lat, lon, timestamp_ms, state, distance_m|null,
-// window_end_ms, revision].
+// window_end_ms, revision, outside_since_ms|null].
 type CourierUpdate struct {
 	ID       string
 	Market   int
@@ -77,22 +80,31 @@ type CourierUpdate struct {
 	HasDistance bool
 	WindowEnd   int64
 	Revision    int
+	// Outside is set while the courier is outside its market's service
+	// area: since OutsideSince, the timestamp_ms of the left_area result
+	// that moved it out.
+	Outside      bool
+	OutsideSince int64
 }
 
 // UnmarshalJSON reads the array form.
 func (c *CourierUpdate) UnmarshalJSON(b []byte) error {
 	var dist *float64
 	var state uint8
-	a := []any{&c.ID, &c.Market, &c.Lat, &c.Lon, &c.TS, &state, &dist, &c.WindowEnd, &c.Revision}
+	var outside *int64
+	a := []any{&c.ID, &c.Market, &c.Lat, &c.Lon, &c.TS, &state, &dist, &c.WindowEnd, &c.Revision, &outside}
 	if err := json.Unmarshal(b, &a); err != nil {
 		return fmt.Errorf("board: courier %s: %w", b, err)
 	}
-	if len(a) != 9 || int(state) >= len(stateText) {
-		return fmt.Errorf("board: courier %s: want 9 fields and a state code below %d", b, len(stateText))
+	if len(a) != 10 || int(state) >= len(stateText) {
+		return fmt.Errorf("board: courier %s: want 10 fields and a state code below %d", b, len(stateText))
 	}
 	c.State = State(state)
 	if dist != nil {
 		c.DistanceM, c.HasDistance = *dist, true
+	}
+	if outside != nil {
+		c.OutsideSince, c.Outside = *outside, true
 	}
 	return nil
 }
@@ -153,6 +165,47 @@ func (z *ZoneUpdate) UnmarshalJSON(b []byte) error {
 	z.Boundary = make([]h3.LatLng, len(outline))
 	for i, p := range outline {
 		z.Boundary[i] = h3.LatLng{Lat: p[0], Lng: p[1]}
+	}
+	return nil
+}
+
+// AreaUpdate is a market's service-area outline in an Update.
+type AreaUpdate struct {
+	// Market indexes Update.Markets.
+	Market int
+	// Edges counts the H3 cell edges in Outline; Truncated says the area
+	// had more than Config.MaxAreaEdges and the rest were left out.
+	Edges     int
+	Truncated bool
+	// Outline is the boundary between the area's cells and the others, as
+	// polylines in degrees (to 7 decimals); a closed ring ends with its
+	// first point.
+	Outline [][]h3.LatLng
+}
+
+// UnmarshalJSON reads the object form, its outline as [[[lat,lon],…],…].
+func (a *AreaUpdate) UnmarshalJSON(b []byte) error {
+	var w struct {
+		Market    *int           `json:"market"`
+		Edges     int            `json:"edges"`
+		Truncated bool           `json:"truncated"`
+		Outline   [][][2]float64 `json:"outline"`
+	}
+	if err := json.Unmarshal(b, &w); err != nil {
+		return fmt.Errorf("board: area: %w", err)
+	}
+	if w.Market == nil {
+		return fmt.Errorf("board: area %.80s: no market", b)
+	}
+	a.Market, a.Edges, a.Truncated, a.Outline = *w.Market, w.Edges, w.Truncated, make([][]h3.LatLng, len(w.Outline))
+	for i, line := range w.Outline {
+		if len(line) < 2 {
+			return fmt.Errorf("board: area of market %d: line %d has %d points, want 2 or more", a.Market, i, len(line))
+		}
+		a.Outline[i] = make([]h3.LatLng, len(line))
+		for j, p := range line {
+			a.Outline[i][j] = h3.LatLng{Lat: p[0], Lng: p[1]}
+		}
 	}
 	return nil
 }

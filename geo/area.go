@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"math"
 	"os"
 	"strconv"
@@ -270,6 +271,18 @@ func (a *Area) Resolution() int { return a.res }
 
 // Len is the number of cells in the area.
 func (a *Area) Len() int { return a.cells }
+
+// Cells yields the area's cells (those Contains reports), Len of them, in
+// no particular order. The fleet board draws the area's outline from them.
+func (a *Area) Cells() iter.Seq[h3.Cell] {
+	return func(yield func(h3.Cell) bool) {
+		for c, s := range a.state {
+			if (s == stateInside || s == stateBorderIn) && !yield(c) {
+				return
+			}
+		}
+	}
+}
 
 // Cell returns the cell at the area's resolution holding the point, in
 // degrees; 0, which Side takes as Border, when the point is not finite.

@@ -3,7 +3,9 @@
 // frame redraws the canvas and the few table rows. No DOM node per courier.
 // Dead zones (the cells where couriers lost signal in the last 24 h) are one
 // SVG polygon each over the canvas, redrawn only when they or the view
-// change.
+// change. A market's service area is one SVG path under them (its outline,
+// sent in the snapshot), redrawn when the view changes; a courier outside
+// it has a ring in the outline's colour.
 "use strict";
 (function () {
   const STATES = ["unknown", "moving", "stopped", "no_signal"];
@@ -18,20 +20,28 @@
   const zoneLayer = document.getElementById("zones");
   const SVG = zoneLayer.namespaceURI; // SVG's: the layer is an <svg>
   const zoneToggle = document.getElementById("zones-toggle");
+  const areaLayer = document.getElementById("area");
+  const AREA = css.getPropertyValue("--area").trim();
+  // {m, edges, cut, lines: [[[x, y], …], …] (Web Mercator, zoom 0), x0, x1, y0, y1, el}
+  let areas = [], areasView = null;
   // "market|cell" -> {cell, m, w, c, r, o, s, l, n, fs, le, b, x0, x1, y0, y1, el}
   const zones = new Map();
   const zonesChanged = new Set(); // zones to redraw at the next frame
   let zonesShown = zoneToggle.checked, zonesView = null, zonesDropped = 0;
-  const couriers = new Map(); // id -> {m, lat, lon, ts, st, d, de, x, y}
+  const couriers = new Map(); // id -> {m, lat, lon, ts, st, d, de, rv, out, x, y}
   let markets = [], skew = 0, tiles = "", view = null, pending = false;
   let updates = 0, lastBytes = 0, dropped = 0, refused = 0, renders = 0, renderMs = 0;
-  const drawn = {count: 0, byState: [0, 0, 0, 0], state: new Map()};
+  const drawn = {count: 0, byState: [0, 0, 0, 0], outside: 0, state: new Map()};
   window.board = {
     drawn: () => drawn.count,
     stateOf: id => drawn.state.get(id) || null,
     updates: () => updates,
     couriers: () => couriers.size,
     zones: () => zones.size,
+    // Couriers drawn with the outside-the-service-area ring.
+    outside: () => drawn.outside,
+    // Where a courier is drawn, in canvas pixels; null if it is not.
+    pointOf: id => { const c = couriers.get(id); return c && c.x !== undefined ? [c.x, c.y] : null; },
     // Frames drawn and the time they took (canvas and tables), ms.
     renders: () => ({count: renders, ms: renderMs}),
   };
@@ -52,8 +62,9 @@
     markets = msg.markets;
     for (const id of msg.gone) couriers.delete(id);
     for (const c of msg.c) {
-      couriers.set(c[0], {m: c[1], lat: c[2], lon: c[3], ts: c[4], st: c[5], d: c[6], de: c[7], rv: c[8]});
+      couriers.set(c[0], {m: c[1], lat: c[2], lon: c[3], ts: c[4], st: c[5], d: c[6], de: c[7], rv: c[8], out: c[9]});
     }
+    if (msg.full) setAreas(msg.areas || []);
     if (msg.full) clearZones();
     for (const k of msg.zones_gone || []) dropZone(k[1] + "|" + k[0]);
     for (const z of msg.zones || []) setZone(z);
@@ -74,10 +85,13 @@
     return (0.5 - Math.log((1 + s) / (1 - s)) / (4 * Math.PI)) * 256;
   }
 
-  // fit chooses the zoom and centre that show every courier, and every
-  // dead zone when they are shown.
+  // fit chooses the zoom and centre that show every courier and service
+  // area, and every dead zone when they are shown.
   function fit(w, h) {
     let x0 = Infinity, x1 = -Infinity, y0 = Infinity, y1 = -Infinity;
+    for (const a of areas) {
+      x0 = Math.min(x0, a.x0); x1 = Math.max(x1, a.x1); y0 = Math.min(y0, a.y0); y1 = Math.max(y1, a.y1);
+    }
     for (const c of couriers.values()) {
       const x = mx(c.lon), y = my(c.lat);
       x0 = Math.min(x0, x); x1 = Math.max(x1, x); y0 = Math.min(y0, y); y1 = Math.max(y1, y);
@@ -110,7 +124,8 @@
     ctx.clearRect(0, 0, w, h);
     if (!view || outside(view)) view = fit(w, h);
     const v = view;
-    drawn.count = 0; drawn.byState = [0, 0, 0, 0]; drawn.state.clear();
+    drawn.count = 0; drawn.byState = [0, 0, 0, 0]; drawn.outside = 0; drawn.state.clear();
+    drawAreas(v);
     drawZones(v);
     if (v) {
       if (tiles) drawTiles(v);
@@ -128,10 +143,13 @@
         ctx.fill();
         if (s === 3) { ctx.strokeStyle = COLOR[3]; ctx.lineWidth = 1; ringNoSignal(r * 2.2, w, h); }
       }
+      ringOutside(r * 1.6, w, h);
       drawScale(v, w, h);
     }
     canvas.dataset.drawn = drawn.count;
     canvas.dataset.couriers = couriers.size;
+    canvas.dataset.drawn_outside = drawn.outside;
+    document.getElementById("n-outside").textContent = drawn.outside;
     STATES.forEach((s, i) => {
       canvas.dataset["drawn_" + s] = drawn.byState[i];
       document.getElementById("n-" + s).textContent = drawn.byState[i];
@@ -142,6 +160,10 @@
   }
 
   function outside(v) {
+    for (const a of areas) {
+      if ((a.x0 - v.cx) * v.k + v.w / 2 < 0 || (a.x1 - v.cx) * v.k + v.w / 2 > v.w ||
+          (a.y0 - v.cy) * v.k + v.h / 2 < 0 || (a.y1 - v.cy) * v.k + v.h / 2 > v.h) return true;
+    }
     for (const c of couriers.values()) {
       const p = project(v, c.lat, c.lon);
       if (p[0] < 0 || p[1] < 0 || p[0] > v.w || p[1] > v.h) return true;
@@ -153,6 +175,42 @@
       }
     }
     return false;
+  }
+
+  // Service areas, from a snapshot: {market, edges, truncated, outline:
+  // [[[lat, lon], …], …]} (board/state.go, encode).
+  function setAreas(list) {
+    areaLayer.replaceChildren();
+    areasView = null;
+    let edges = 0, cut = false;
+    areas = list.map(a => {
+      const o = {m: a.market, edges: a.edges, cut: a.truncated, el: null, x0: Infinity, x1: -Infinity, y0: Infinity, y1: -Infinity};
+      o.lines = a.outline.map(line => line.map(p => {
+        const x = mx(p[1]), y = my(p[0]);
+        o.x0 = Math.min(o.x0, x); o.x1 = Math.max(o.x1, x); o.y0 = Math.min(o.y0, y); o.y1 = Math.max(o.y1, y);
+        return [x, y];
+      }));
+      edges += a.edges; cut = cut || a.truncated;
+      return o;
+    });
+    areaLayer.dataset.edges = edges;
+    document.getElementById("area-legend").hidden = areas.length === 0;
+    document.getElementById("area-cut").hidden = !cut;
+    document.getElementById("area-edges").textContent = edges;
+  }
+
+  // drawAreas places the outlines' paths when the view changed.
+  function drawAreas(v) {
+    if (v && v !== areasView) {
+      const px = (n, c, half) => ((n - c) * v.k + half).toFixed(1);
+      for (const a of areas) {
+        if (!a.el) { a.el = document.createElementNS(SVG, "path"); areaLayer.appendChild(a.el); }
+        a.el.setAttribute("d", a.lines.map(line =>
+          "M" + line.map(p => px(p[0], v.cx, v.w / 2) + "," + px(p[1], v.cy, v.h / 2)).join("L")).join(""));
+      }
+      areasView = v;
+    }
+    areaLayer.dataset.drawn = v ? areas.length : 0;
   }
 
   // Dead zones. A zone is [cell, market, warnings, couriers, restored, open,
@@ -212,6 +270,24 @@
       plural(z.c, "courier") + (z.n > 1 ? " (summed over the windows)" : "") + "\n" +
       (z.r > 0 ? `mean silence ${dur(z.s / z.r)}, longest ${dur(z.l)}` : "mean silence –, none restored") + "\n" +
       `${plural(z.n, "window")}: ${a} – ${a.slice(0, 10) === b.slice(0, 10) ? b.slice(11) : b} UTC`;
+  }
+
+  function ringOutside(R, w, h) {
+    ctx.beginPath();
+    for (const c of couriers.values()) {
+      if (c.out === null || c.out === undefined || c.x < 0 || c.y < 0 || c.x > w || c.y > h) continue;
+      ctx.moveTo(c.x + R, c.y);
+      ctx.arc(c.x, c.y, R, 0, 2 * Math.PI);
+      drawn.outside++;
+    }
+    ctx.strokeStyle = AREA; ctx.lineWidth = 2;
+    ctx.stroke();
+  }
+
+  // since is when ms was, in UTC: its time, and its date too if not today's.
+  function since(ms, now) {
+    const a = utc(ms);
+    return (a.slice(0, 10) === utc(now).slice(0, 10) ? a.slice(11) : a) + " UTC";
   }
 
   function ringNoSignal(R, w, h) {
@@ -331,6 +407,7 @@
     if (best) {
       const [id, c] = best, now = Date.now() + skew;
       tip.textContent = `${id} (${markets[c.m] ? markets[c.m].name : ""})\n${LABEL[STATES[c.st]]}` +
+        (c.out !== null && c.out !== undefined ? `\noutside the service area since ${since(c.out, now)}` : "") +
         (c.d !== null ? `\n${(c.d / 1000).toFixed(2)} km in the latest window` + (c.rv > 0 ? ` (revision ${c.rv})` : "") : "") +
         `\nlast position ${dur(now - c.ts)} ago`;
     } else if (zone) {
