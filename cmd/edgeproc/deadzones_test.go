@@ -15,7 +15,6 @@ import (
 
 	"github.com/km0/edgeproc/bridge"
 	"github.com/km0/edgeproc/geo"
-	"github.com/km0/edgeproc/internal/testenv"
 )
 
 // geoJSON is the GeoJSON deadzones writes, read back.
@@ -194,16 +193,9 @@ func runDeadzones(t *testing.T, args ...string) (code int, stdout, stderr string
 }
 
 func TestDeadzones_SinceReadsTheStreamAsTheReplay(t *testing.T) {
-	srv := testenv.StartNATS(t)
-	nc := srv.Connect(t)
+	srv, nc, b, published := workedStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	b, err := bridge.Open(ctx, nc, bridge.Config{Market: "girona"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close(ctx)
-	published := publishWorked(t, b)
 
 	code, want, errs := runCLI(t, "deadzones", "--config", "../../testdata/worked.yaml", "--in", "../../testdata/worked.jsonl")
 	if code != 0 {

@@ -8,12 +8,36 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/km0/edgeproc/bridge"
 	"github.com/km0/edgeproc/internal/testenv"
 )
 
-// publishWorked publishes the worked example's results (a real replay's
-// output) through a bridge, as edgeproc run would, and returns them.
+// workedStream starts a NATS server and publishes the worked example's
+// results (a real replay's output) to market girona's stream through a
+// bridge, as edgeproc run would: the server, its connection, the bridge
+// (open until the test ends) and the lines published.
+func workedStream(t *testing.T) (*testenv.NATS, *nats.Conn, *bridge.Bridge, []string) {
+	t.Helper()
+	srv := testenv.StartNATS(t)
+	nc := srv.Connect(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	b, err := bridge.Open(ctx, nc, bridge.Config{Market: "girona"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		b.Close(ctx)
+	})
+	return srv, nc, b, publishWorked(t, b)
+}
+
+// publishWorked publishes the worked example's results through b and
+// returns them.
 func publishWorked(t *testing.T, b *bridge.Bridge) []string {
 	t.Helper()
 	code, out, errs := runCLI(t, "replay", "--config", "../../testdata/worked.yaml", "--in", "../../testdata/worked.jsonl")
@@ -39,16 +63,9 @@ func publishWorked(t *testing.T, b *bridge.Bridge) []string {
 }
 
 func TestTail_ReadsResultsAndCourierStates(t *testing.T) {
-	srv := testenv.StartNATS(t)
-	nc := srv.Connect(t)
+	srv, _, b, published := workedStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	b, err := bridge.Open(ctx, nc, bridge.Config{Market: "girona"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close(ctx)
-	published := publishWorked(t, b)
 
 	// JSON: the published records exactly, in stream order.
 	code, out, errs := runCLI(t, "tail", "--nats", srv.URL(), "--market", "girona", "--since", "1h", "--json",
