@@ -29,6 +29,9 @@ func FuzzEncodeDecode(f *testing.F) {
 			!finite(lat) || !finite(lon) || !finite(dist) || math.Abs(lat) > 1e9 || math.Abs(lon) > 1e9 {
 			t.Skip("not a position the engine accepts")
 		}
+		if warnings < 0 || couriers < 0 || restored < 0 || silence < 0 || longest < 0 {
+			t.Skip("not a dead zone the engine emits: its figures are counts and durations")
+		}
 		c := &courier{id: id, place: where.Place{Lat: lat, Lon: lon, TS: ts, Silent: noSignal}, hasDist: hasDist, stopped: stopped, dist: dist, distEnd: ts / 2, distRev: rev,
 			hasMove: true, outside: outside, moveTS: ts / 3}
 		st := &state{

@@ -77,3 +77,4 @@ fuzz ./board FuzzEncodeDecode
 fuzz ./mqtt FuzzDecodePublish
 fuzz ./bridge FuzzCourierKey
 fuzz ./bridge FuzzAppendCourierState
+fuzz ./geo FuzzParseArea
