@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -14,9 +15,11 @@ import (
 // first, so the instances keep count of each other themselves: every
 // instance writes a heartbeat into the market's members bucket every
 // pin_ttl/4 (its key expires pin_ttl after the last one, and a heartbeat
-// older than pin_ttl is not counted), and its share is
-// ceil(partitions / live instances), capped by jetstream.max_owned when
-// set. An instance below its share asks for free partitions; one at it
+// older than pin_ttl is not counted), and its share is partitions / live
+// instances, one more for the first partitions mod live instances in the
+// order of their names (so the shares add up to the partitions and differ
+// by one at most: 6 partitions on 4 instances are 2, 2, 1, 1), capped by
+// jetstream.max_owned when set. An instance below its share asks for free partitions; one at it
 // stops asking; one above it (an instance joined) hands one partition
 // over at a time, gracefully (final checkpoint, then unpin), to whoever
 // asks: the instances below their share. A leaving instance deletes its
@@ -90,10 +93,9 @@ func (r *Runner) count(ctx context.Context, key string) {
 	if err != nil {
 		return
 	}
-	live := int64(0)
+	names := []string{r.inst}
 	for k := range lister.Keys() {
 		if k == key {
-			live++
 			continue
 		}
 		e, err := r.members.Get(cctx, k)
@@ -104,15 +106,17 @@ func (r *Runner) count(ctx context.Context, key string) {
 		if err != nil || json.Unmarshal(e.Value(), &hb) != nil {
 			continue
 		}
-		if now.Sub(time.UnixMilli(hb.AtMs)) <= r.cfg.JetStream.PinTTL {
-			live++
+		if now.Sub(time.UnixMilli(hb.AtMs)) <= r.cfg.JetStream.PinTTL && hb.Instance != r.inst {
+			names = append(names, hb.Instance)
 		}
 	}
-	if live == 0 {
-		return
-	}
+	slices.Sort(names)
+	live, rank := int64(len(names)), int64(slices.Index(names, r.inst))
 	n := int64(len(r.parts))
-	share := (n + live - 1) / live
+	share := n / live
+	if rank < n%live {
+		share++
+	}
 	if old := r.shareN.Swap(share); old != share {
 		r.log.Info("partition share", "instances", live, "share", r.share(), "owned", r.owned.Load())
 	}

@@ -9,10 +9,11 @@ import (
 )
 
 // TestBalance_JoinAndLeaveUnderLoad: one instance owns all six partitions;
-// a second and a third join while the fleet publishes, and each time the
-// partitions spread within one of each other in 2 × pin_ttl (plus slack
-// for a busy machine); the second leaves gracefully and the two left
-// share them again. Nothing is lost or doubled by the hand-overs: the
+// a second, a third and a fourth join while the fleet publishes, and each
+// time the partitions spread within one of each other in 2 × pin_ttl (plus
+// slack for a busy machine), also when they do not divide evenly (6 on 4:
+// 2, 2, 1, 1); the second leaves gracefully and the three left share them
+// again. Nothing is lost or doubled by the hand-overs: the
 // results stream equals the per-partition replay, once per key.
 func TestBalance_JoinAndLeaveUnderLoad(t *testing.T) {
 	const partitions = 6
@@ -53,13 +54,16 @@ func TestBalance_JoinAndLeaveUnderLoad(t *testing.T) {
 	spread("a and b share the partitions", []int{3}, a, b)
 	c := startInstance(t, cfg, ns.Connect(t), "c", nil)
 	spread("a, b and c share the partitions", []int{2}, a, b, c)
+	d := startInstance(t, cfg, ns.Connect(t), "d", nil)
+	spread("a, b, c and d share the partitions, 2, 2, 1, 1", []int{2, 1}, a, b, c, d)
 	b.Stop()
-	spread("a and c share the partitions after b left", []int{3}, a, c)
+	spread("a, c and d share the partitions after b left", []int{2}, a, c, d)
 	<-published
 	last := lastSeqs(t, pub, cfg)
-	testenv.WaitFor(t, time.Minute, "every partition applied to its end and recorded", func() bool { return settled(last, statuses(a, c)...) })
+	testenv.WaitFor(t, time.Minute, "every partition applied to its end and recorded", func() bool { return settled(last, statuses(a, c, d)...) })
 	a.Stop()
 	c.Stop()
+	d.Stop()
 	t.Logf("%d results, as the replay", equalsReplay(t, ns.URL(), cfg))
 }
 
