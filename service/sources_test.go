@@ -103,6 +103,17 @@ func TestRun_BothSourcesHonourTheNATSAndLimitsKeys(t *testing.T) {
 		t.Errorf("positions stream max_age %v, max_bytes %d; want 2h, %d", pc.MaxAge, pc.MaxBytes, 50<<20)
 	}
 
+	// Both markets ready, the MQTT one subscribed: the broker drops what
+	// is published before a subscription exists (seen once under load).
+	testenv.WaitFor(t, 30*time.Second, "every market ready", func() bool {
+		res, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return false
+		}
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK
+	})
+
 	// Five couriers in each market's engine: at max_couriers 3, with none
 	// of them idle, two are refused as courier_limit.
 	pub := mq.Publisher(t, "sources-test")
