@@ -195,10 +195,15 @@ func (s *shard) appendCourier(b []byte, c *courier) []byte {
 	b = wire.AppendInt(b, c.latest)
 	b = c.dist.AppendState(b)
 	b = c.sess.AppendState(b)
-	return appendPresence(b, &c.area)
+	return appendPresence(b, c.area)
 }
 
+// appendPresence appends a courier's side of the service area; nil (no
+// area) as a courier that has seen none.
 func appendPresence(b []byte, p *geo.Presence) []byte {
+	if p == nil {
+		p = &geo.Presence{}
+	}
 	b = wire.AppendInt(b, p.Last)
 	b = wire.AppendUint(b, uint64(p.Side))
 	b = wire.AppendUint(b, uint64(p.Pending))
@@ -210,7 +215,15 @@ func appendPresence(b []byte, p *geo.Presence) []byte {
 	return b
 }
 
-func readPresence(r *wire.Reader, p *geo.Presence) error {
+// readPresence reads what appendPresence wrote into *pp, left nil for a
+// courier that has seen no side.
+func readPresence(r *wire.Reader, pp **geo.Presence) error {
+	var p geo.Presence
+	defer func() {
+		if p != (geo.Presence{}) {
+			*pp = &p
+		}
+	}()
 	p.Last = r.Int()
 	side, pending := r.Uint(), r.Uint()
 	if side > uint64(geo.Outside) || side == uint64(geo.Border) || pending >= geo.ConfirmFixes {
