@@ -1,5 +1,7 @@
-// Package checkpoint stores a market's engine snapshots on disk, atomically
-// and checked, keeping the previous good one as a fallback.
+// Package checkpoint makes a market's engine snapshots recovery points:
+// the protocol both sources share (Checkpointer, over a Store), and the
+// local store's files (Dir): on disk, atomically and checked, keeping the
+// previous good one as a fallback.
 //
 // A checkpoint is one file, checkpoint-<tag>.ckpt, where tag is the
 // write-ahead-log index the snapshot reflects (20 decimal digits, so names
@@ -17,7 +19,7 @@
 // is fsynced, renamed to its final name, and the directory fsynced, so a
 // crash at any point leaves either the old set of checkpoints or the new
 // one, never a partial file under a checkpoint name. After a successful
-// Write the store keeps the newest Keep checkpoints and deletes older ones.
+// Write the directory keeps the newest Keep checkpoints and deletes older ones.
 //
 // Load returns the newest checkpoint that checks out. A newest file that is
 // truncated or fails its CRC (a disk fault: the write path cannot produce
@@ -29,7 +31,7 @@
 //
 // Pruning keeps the newest Keep checkpoints that check out, never a corrupt
 // one in place of a good one: each file not known good (written or loaded by
-// this Store: re-reading those would only see the page cache) is read and
+// this Dir: re-reading those would only see the page cache) is read and
 // checked before it counts, and one that
 // fails is moved aside to checkpoint-<tag>.ckpt.corrupt for the operator to
 // inspect (only the newest such file is kept, so a failing disk cannot fill
@@ -99,13 +101,13 @@ type Checkpoint struct {
 	Size int64
 }
 
-// Store is a directory of checkpoints. Its methods are not safe for
+// Dir is a directory of checkpoints. Its methods are not safe for
 // concurrent use; the service has one checkpointer goroutine per market.
-type Store struct {
+type Dir struct {
 	dir  string
 	keep int
 	// good holds the tags of checkpoints known to check out: written or
-	// loaded by this Store, or checked by prune.
+	// loaded by this Dir, or checked by prune.
 	good map[uint64]bool
 	// kept lists the tags prune kept, newest first.
 	kept []uint64
@@ -123,7 +125,7 @@ type Store struct {
 // temporary files of an interrupted Write are removed. keep is how many
 // checkpoints Write leaves; values below 2 mean DefaultKeep. The directory
 // is made private (0700, its files 0600); see Unrestricted.
-func Open(dir string, keep int) (*Store, error) {
+func Open(dir string, keep int) (*Dir, error) {
 	if keep < 2 {
 		keep = DefaultKeep
 	}
@@ -152,17 +154,17 @@ func Open(dir string, keep int) (*Store, error) {
 			}
 		}
 	}
-	return &Store{dir: dir, keep: keep, good: map[uint64]bool{}, unrestricted: unrestricted}, nil
+	return &Dir{dir: dir, keep: keep, good: map[uint64]bool{}, unrestricted: unrestricted}, nil
 }
 
 // Unrestricted returns one error per path Open could not make private (not
 // its owner, say), for the caller to log; the store works regardless.
-func (s *Store) Unrestricted() []error { return s.unrestricted }
+func (s *Dir) Unrestricted() []error { return s.unrestricted }
 
-// Dir returns the store's directory.
-func (s *Store) Dir() string { return s.dir }
+// Path returns the directory.
+func (s *Dir) Path() string { return s.dir }
 
-func (s *Store) path(tag uint64) string {
+func (s *Dir) path(tag uint64) string {
 	return filepath.Join(s.dir, fmt.Sprintf("%s%020d%s", prefix, tag, suffix))
 }
 
@@ -227,7 +229,7 @@ func Read(path string) (Checkpoint, error) {
 // package doc). A failure (disk full, read-only) leaves the previous
 // checkpoints as they were and is returned naming the path. The returned
 // Checkpoint has no Snapshot: the caller holds it.
-func (s *Store) Write(tag uint64, parts ...[]byte) (Checkpoint, error) {
+func (s *Dir) Write(tag uint64, parts ...[]byte) (Checkpoint, error) {
 	final := s.path(tag)
 	tmp := final + tmpSuffix
 	n, err := writeSync(tmp, tag, parts)
@@ -315,7 +317,7 @@ func syncDir(dir string) error {
 }
 
 // tags lists the checkpoint tags present, newest first.
-func (s *Store) tags() ([]uint64, error) {
+func (s *Dir) tags() ([]uint64, error) {
 	ents, err := os.ReadDir(s.dir)
 	if err != nil {
 		return nil, fmt.Errorf("read checkpoint dir %s: %w", s.dir, err)
@@ -340,7 +342,7 @@ func (s *Store) tags() ([]uint64, error) {
 // A checkpoint not known good is checked first: a corrupt one is moved
 // aside and does not count, so it never stands in for a good fallback. A
 // file of another format version is left alone and does not count either.
-func (s *Store) prune() error {
+func (s *Dir) prune() error {
 	tags, err := s.tags()
 	if err != nil {
 		return err
@@ -377,11 +379,11 @@ func (s *Store) prune() error {
 // Kept returns the tags of the checkpoints the last Write kept, newest
 // first. The write-ahead log must hold every entry after the oldest of
 // them: if the newer ones turn out damaged, Load falls back to it.
-func (s *Store) Kept() []uint64 { return slices.Clone(s.kept) }
+func (s *Dir) Kept() []uint64 { return slices.Clone(s.kept) }
 
 // moveAside renames a corrupt checkpoint to its .corrupt name, removing any
 // older .corrupt file.
-func (s *Store) moveAside(path string) error {
+func (s *Dir) moveAside(path string) error {
 	ents, err := os.ReadDir(s.dir)
 	if err != nil {
 		return fmt.Errorf("read checkpoint dir %s: %w", s.dir, err)
@@ -404,7 +406,7 @@ func (s *Store) moveAside(path string) error {
 // file that was corrupt and passed over, for the caller to log. A file of
 // another format version fails Load with an error wrapping ErrVersion: an
 // older fallback would silently replay an older state.
-func (s *Store) Load() (c Checkpoint, ok bool, skipped []error, err error) {
+func (s *Dir) Load() (c Checkpoint, ok bool, skipped []error, err error) {
 	tags, err := s.tags()
 	if err != nil {
 		return Checkpoint{}, false, nil, err

@@ -11,7 +11,7 @@ import (
 	"testing"
 )
 
-func mustStore(tb testing.TB) *Store {
+func mustStore(tb testing.TB) *Dir {
 	tb.Helper()
 	s, err := Open(filepath.Join(tb.TempDir(), "ckpt"), 0)
 	if err != nil {
@@ -20,7 +20,7 @@ func mustStore(tb testing.TB) *Store {
 	return s
 }
 
-func mustWrite(tb testing.TB, s *Store, tag uint64, snap []byte) Checkpoint {
+func mustWrite(tb testing.TB, s *Dir, tag uint64, snap []byte) Checkpoint {
 	tb.Helper()
 	c, err := s.Write(tag, snap)
 	if err != nil {
@@ -105,7 +105,7 @@ func TestWrite_KeepsNewestTwo(t *testing.T) {
 	for tag := uint64(1); tag <= 5; tag++ {
 		mustWrite(t, s, tag*10, []byte{byte(tag)})
 	}
-	got := strings.Join(files(t, s.Dir()), " ")
+	got := strings.Join(files(t, s.Path()), " ")
 	want := "checkpoint-00000000000000000040.ckpt checkpoint-00000000000000000050.ckpt"
 	if got != want {
 		t.Errorf("files after 5 writes: got %q, want %q", got, want)
@@ -248,11 +248,11 @@ func TestWrite_CrashBeforeRenameLeavesNoPartialCheckpoint(t *testing.T) {
 		t.Errorf("Load after the crash: got tag %d, ok %v, skipped %v, err %v; want tag 10, nothing skipped", c.Tag, ok, skipped, err)
 	}
 	// A restart removes the leftover temporary file.
-	s2, err := Open(s.Dir(), 0)
+	s2, err := Open(s.Path(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(files(t, s2.Dir()), " "); got != "checkpoint-00000000000000000010.ckpt" {
+	if got := strings.Join(files(t, s2.Path()), " "); got != "checkpoint-00000000000000000010.ckpt" {
 		t.Errorf("files after reopening: got %q, want only the tag 10 checkpoint", got)
 	}
 }

@@ -27,6 +27,29 @@ type Saver interface {
 	Save(ctx context.Context, tag uint64, parts [][]byte) (int64, error)
 }
 
+// A Store holds a source's recovery points: Save makes a snapshot one,
+// Load reads the newest back. edgeproc has two: the local state directory
+// (package service) and JetStream (package partition). Recovery is the
+// same over both (engine.Recover), and so is checkpointing (Checkpointer).
+type Store interface {
+	Saver
+	// Load returns the newest recovery point this store can read, and ok
+	// false when it has none (a market's first start).
+	Load(ctx context.Context) (p Point, ok bool, err error)
+}
+
+// A Point is a recovery point as a Store reads it back.
+type Point struct {
+	// Tag is the log position the snapshot reflects: the log is replayed
+	// after it.
+	Tag uint64
+	// Snapshot is the engine's snapshot (engine.Restore reads it).
+	Snapshot []byte
+	// Name says where it is stored, for messages: a file's path, an
+	// object's name.
+	Name string
+}
+
 // Checkpointer is the checkpoint protocol both sources share: one
 // checkpoint at a time, and a snapshot stored only once every result
 // emitted before its barrier is acknowledged, so that the log after a

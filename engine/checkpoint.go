@@ -1,12 +1,14 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
 	"sync"
 	"sync/atomic"
 
+	"github.com/km0/edgeproc/checkpoint"
 	"github.com/km0/edgeproc/geo"
 	"github.com/km0/edgeproc/internal/wire"
 	"github.com/km0/edgeproc/position"
@@ -334,4 +336,36 @@ func Restore(cfg Config, sink Sink, snapshot []byte) (*Engine, uint64, error) {
 		}
 	}
 	return e, tag, nil
+}
+
+// Recover starts an engine from the newest recovery point of store, or an
+// empty one when the store has none, and returns the tag it reflects: the
+// caller replays its log after it. Both sources recover through it. A
+// snapshot this configuration cannot restore fails with an error wrapping
+// ErrSnapshotConfig, ErrSnapshotVersion or ErrSnapshotCorrupt (see
+// Refused); one whose tag is not its point's wraps checkpoint.ErrCorrupt.
+func Recover(ctx context.Context, cfg Config, sink Sink, store checkpoint.Store) (*Engine, uint64, error) {
+	p, ok, err := store.Load(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	if !ok {
+		return New(cfg, sink), 0, nil
+	}
+	eng, tag, err := Restore(cfg, sink, p.Snapshot)
+	if err != nil {
+		return nil, 0, fmt.Errorf("restore %s: %w", p.Name, err)
+	}
+	if tag != p.Tag {
+		eng.Stop()
+		return nil, 0, fmt.Errorf("restore %s: %w: it is stored as tag %d, its snapshot says %d", p.Name, checkpoint.ErrCorrupt, p.Tag, tag)
+	}
+	return eng, tag, nil
+}
+
+// Refused reports whether err is a snapshot Restore refuses as it is
+// (another configuration, format or a corrupt one): trying again under
+// the same configuration fails alike.
+func Refused(err error) bool {
+	return errors.Is(err, ErrSnapshotConfig) || errors.Is(err, ErrSnapshotVersion) || errors.Is(err, ErrSnapshotCorrupt)
 }

@@ -255,8 +255,7 @@ func (p *part) acquire(ctx context.Context, pin string, sent time.Time) bool {
 	t, err := p.claim(ctx, pin, sent)
 	if err != nil {
 		p.r.owned.Add(-1)
-		var refused *refusedError
-		if !errors.As(err, &refused) {
+		if !engine.Refused(err) {
 			p.r.log.Warn("partition not taken over", "partition", p.n, "err", err)
 			return false
 		}

@@ -267,13 +267,6 @@ func (r *Runner) retrySetup(ctx context.Context) error {
 	}
 }
 
-// refusedError is a claim that no retry can fix: the partition's snapshot
-// cannot be restored under this configuration (changed windows).
-type refusedError struct{ err error }
-
-func (e *refusedError) Error() string { return e.err.Error() }
-func (e *refusedError) Unwrap() error { return e.err }
-
 // configError is a set-up failure no retry can fix.
 type configError struct{ err error }
 

@@ -67,69 +67,72 @@ type term struct {
 	topicBuf []byte       // pull loop only
 }
 
-// claim reads the partition's checkpoint record, writes it back as this
-// instance's with the next epoch (compare-and-set: a concurrent checkpoint
-// of the former owner makes it start over from that one), and restores the
-// engine from its snapshot.
+// claim makes this instance the partition's owner and restores its
+// engine from the partition's recovery point (the term's Load claims the
+// checkpoint record).
 func (p *part) claim(ctx context.Context, pin string, sent time.Time) (*term, error) {
 	r := p.r
 	cctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
+	t := &term{p: p, pin: pin}
+	t.pubCtx, t.cancelPub = context.WithCancel(context.Background())
+	t.out = r.out.For()
+	ecfg := r.ecfg[p.n]
+	ecfg.OnPosition = t.out.Position
+	ecfg.OnForget = t.out.Forget
+	eng, seq, err := engine.Recover(cctx, ecfg, t.sink, t)
+	if err != nil {
+		t.cancelPub()
+		return nil, err
+	}
+	t.eng, t.last = eng, seq
+	t.lease.Store(sent.Add(r.cfg.JetStream.PinTTL - p.leaseMargin()).UnixNano())
+	t.ckpt = checkpoint.NewCheckpointer(r.br.Flush, t, seq)
+	p.ckptSeq.Store(seq)
+	return t, nil
+}
+
+// Load reads the partition's checkpoint record and writes it back as this
+// term's, with the next epoch (compare-and-set: a concurrent checkpoint of
+// the former owner makes it start over from that one), so that every
+// earlier owner is fenced before the snapshot is read; it returns the
+// snapshot the record names.
+func (t *term) Load(ctx context.Context) (checkpoint.Point, bool, error) {
+	p, r := t.p, t.p.r
 	for attempt := 0; ; attempt++ {
 		var rec record
 		var rev uint64
-		e, err := r.kv.Get(cctx, p.key)
+		e, err := r.kv.Get(ctx, p.key)
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 		case err != nil:
-			return nil, fmt.Errorf("read checkpoint record %s: %w", p.key, err)
+			return checkpoint.Point{}, false, fmt.Errorf("read checkpoint record %s: %w", p.key, err)
 		default:
 			if err := json.Unmarshal(e.Value(), &rec); err != nil {
-				return nil, fmt.Errorf("checkpoint record %s: %w", p.key, err)
+				return checkpoint.Point{}, false, fmt.Errorf("checkpoint record %s: %w", p.key, err)
 			}
 			rev = e.Revision()
 		}
 		rec.Epoch++
-		rec.Owner, rec.Pin, rec.AtMs = r.inst, pin, time.Now().UnixMilli()
+		rec.Owner, rec.Pin, rec.AtMs = r.inst, t.pin, time.Now().UnixMilli()
 		val, _ := json.Marshal(rec)
-		newRev, err := r.kv.Update(cctx, p.key, val, rev)
+		newRev, err := r.kv.Update(ctx, p.key, val, rev)
 		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) && attempt < 5 {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("claim checkpoint record %s: %w", p.key, err)
+			return checkpoint.Point{}, false, fmt.Errorf("claim checkpoint record %s: %w", p.key, err)
 		}
-		t := &term{p: p, pin: pin, epoch: rec.Epoch, last: rec.Seq, object: rec.Object}
+		t.epoch, t.object = rec.Epoch, rec.Object
 		t.rev.Store(newRev)
-		t.lease.Store(sent.Add(r.cfg.JetStream.PinTTL - p.leaseMargin()).UnixNano())
-		t.pubCtx, t.cancelPub = context.WithCancel(context.Background())
-		t.ckpt = checkpoint.NewCheckpointer(r.br.Flush, t, rec.Seq)
-		t.out = r.out.For()
-		ecfg := r.ecfg[p.n]
-		ecfg.OnPosition = t.out.Position
-		ecfg.OnForget = t.out.Forget
 		if rec.Object == "" {
-			t.eng = engine.New(ecfg, t.sink)
-		} else {
-			snap, err := r.obs.GetBytes(cctx, rec.Object)
-			if err != nil {
-				t.cancelPub()
-				return nil, fmt.Errorf("read snapshot %s: %w", rec.Object, err)
-			}
-			eng, tag, err := engine.Restore(ecfg, t.sink, snap)
-			if err != nil {
-				t.cancelPub()
-				return nil, &refusedError{fmt.Errorf("restore snapshot %s: %w", rec.Object, err)}
-			}
-			if tag != rec.Seq {
-				eng.Stop()
-				t.cancelPub()
-				return nil, fmt.Errorf("snapshot %s reflects sequence %d, its record says %d", rec.Object, tag, rec.Seq)
-			}
-			t.eng = eng
+			return checkpoint.Point{}, false, nil
 		}
-		p.ckptSeq.Store(rec.Seq)
-		return t, nil
+		snap, err := r.obs.GetBytes(ctx, rec.Object)
+		if err != nil {
+			return checkpoint.Point{}, false, fmt.Errorf("read snapshot %s: %w", rec.Object, err)
+		}
+		return checkpoint.Point{Tag: rec.Seq, Snapshot: snap, Name: rec.Object}, true, nil
 	}
 }
 

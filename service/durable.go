@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -63,30 +64,41 @@ func (c *ckptState) metrics(ws wal.Stats) metrics.Durability {
 	return d
 }
 
-// localSaver makes a snapshot the recovery point of a market on the
-// MQTT source: a checkpoint file in state.dir/checkpoints, then the
-// write-ahead log truncated up to the oldest checkpoint the store kept,
-// not this one, so that a damaged newest checkpoint can fall back to the
-// previous one and still replay from there. The store says which it kept:
-// the final snapshot can repeat the tag of a periodic one that was still
-// being written when its barrier went out, and counting that tag as the
-// previous checkpoint truncated the log past the one really kept.
-type localSaver struct {
-	store *checkpoint.Store
-	log   *wal.Log
+// localStore is the recovery point of a market on the MQTT source: Save
+// writes a checkpoint file in state.dir/checkpoints, then truncates the
+// write-ahead log up to the oldest checkpoint the directory kept, not
+// this one, so that a damaged newest checkpoint can fall back to the
+// previous one and still replay from there. The directory says which it
+// kept: the final snapshot can repeat the tag of a periodic one that was
+// still being written when its barrier went out, and counting that tag as
+// the previous checkpoint truncated the log past the one really kept.
+type localStore struct {
+	dir *checkpoint.Dir
+	wal *wal.Log // set once the log is open, before the first Save
+	log *slog.Logger
 }
 
-func (s localSaver) Save(_ context.Context, tag uint64, parts [][]byte) (int64, error) {
-	c, err := s.store.Write(tag, parts...)
+// Load returns the newest checkpoint that checks out, logging each newer
+// one that was damaged and passed over.
+func (s *localStore) Load(context.Context) (checkpoint.Point, bool, error) {
+	c, ok, skipped, err := s.dir.Load()
+	for _, e := range skipped {
+		s.log.Warn("skipping a damaged checkpoint; falling back to the previous one", "err", e)
+	}
+	return checkpoint.Point{Tag: c.Tag, Snapshot: c.Snapshot, Name: c.Path}, ok, err
+}
+
+func (s *localStore) Save(_ context.Context, tag uint64, parts [][]byte) (int64, error) {
+	c, err := s.dir.Write(tag, parts...)
 	if err != nil {
 		return 0, err
 	}
-	kept := s.store.Kept()
+	kept := s.dir.Kept()
 	if len(kept) < 2 {
 		return c.Size, nil // no older checkpoint to fall back to: the log keeps everything
 	}
 	oldest := kept[len(kept)-1]
-	if err := s.log.TruncateFront(oldest + 1); err != nil && !errors.Is(err, wal.ErrClosed) {
+	if err := s.wal.TruncateFront(oldest + 1); err != nil && !errors.Is(err, wal.ErrClosed) {
 		return c.Size, fmt.Errorf("truncate write-ahead log before %d: %w", oldest+1, err)
 	}
 	return c.Size, nil
@@ -144,36 +156,17 @@ func (m *market) recover(ecfg engine.Config) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create state dir %s: %w", dir, err)
 	}
-	store, err := checkpoint.Open(filepath.Join(dir, checkpointDir), 0)
+	ckpts, err := checkpoint.Open(filepath.Join(dir, checkpointDir), 0)
 	if err != nil {
 		return err
 	}
-	for _, err := range store.Unrestricted() {
+	for _, err := range ckpts.Unrestricted() {
 		m.log.Warn("checkpoint file or directory readable by others; could not make it private", "err", err)
 	}
-	c, ok, skipped, err := store.Load()
-	for _, s := range skipped {
-		m.log.Warn("skipping a damaged checkpoint; falling back to the previous one", "err", s)
-	}
+	store := &localStore{dir: ckpts, log: m.log}
+	eng, tag, err := engine.Recover(context.Background(), ecfg, m.snk.publish, store)
 	if err != nil {
 		return err
-	}
-
-	var (
-		eng *engine.Engine
-		tag uint64
-	)
-	if ok {
-		eng, tag, err = engine.Restore(ecfg, m.snk.publish, c.Snapshot)
-		if err != nil {
-			return fmt.Errorf("checkpoint %s: %w", c.Path, err)
-		}
-		if tag != c.Tag {
-			eng.Stop()
-			return fmt.Errorf("checkpoint %s: %w: file tag %d, snapshot tag %d", c.Path, checkpoint.ErrCorrupt, c.Tag, tag)
-		}
-	} else {
-		eng = engine.New(ecfg, m.snk.publish)
 	}
 	fail := func(err error) error {
 		eng.Stop()
@@ -215,11 +208,12 @@ func (m *market) recover(ecfg engine.Config) error {
 	}
 	d.replayed()
 	m.in.resume(lastArrival)
-	m.ckpt.Checkpointer = checkpoint.NewCheckpointer(m.flushResults, localSaver{store: store, log: log}, tag)
+	store.wal = log
+	m.ckpt.Checkpointer = checkpoint.NewCheckpointer(m.flushResults, store, tag)
 	m.ckpt.replayed = n
 	m.ckpt.recovery = time.Since(start)
 	m.wal.Store(log)
-	m.log.Info("recovered", "checkpoint", c.Path, "checkpoint_tag", tag, "replayed", n,
+	m.log.Info("recovered", "checkpoint_tag", tag, "replayed", n,
 		"took", m.ckpt.recovery.Round(time.Millisecond), "wal_repaired", rep.Repaired)
 	return nil
 }
