@@ -147,7 +147,7 @@ func TestKV_NewestWinsAfterWrite(t *testing.T) {
 	if _, _, ok := waitKV(t, nc, bucket, "van-1", 5*time.Second, func(cs bridge.CourierState) bool { return cs.TS == 400 }); !ok {
 		t.Fatal("position never written")
 	}
-	time.Sleep(10 * cfg.KVInterval) // long after the write: the coalescer used to forget the courier here
+	time.Sleep(10 * cfg.KVInterval) // long after the write: a writer that forgot a courier once written would let the stale state through here
 	b.MarkNoSignal("van-1", 300, 5, 6)
 	b.UpdateCourier(bridge.CourierState{Courier: "van-1", TS: 200, Status: bridge.StatusNoSignal})
 	b.ScanKV()

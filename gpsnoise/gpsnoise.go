@@ -27,8 +27,9 @@ type Noise struct {
 	AccuracyM   float64 // accuracy_m the phone reports on every fix
 }
 
-// Phone is the model of issue 9: σ 6 m per axis correlated over ~50 s,
-// accuracy_m 10, 2 % of fixes with a spike of σ 30 m per axis.
+// Phone is the phone-GPS model the distance filter's defaults are chosen
+// against (cmd/noisebench, docs/semantics.md): σ 6 m per axis correlated
+// over ~50 s, accuracy_m 10, 2 % of fixes with a spike of σ 30 m per axis.
 var Phone = Noise{SigmaM: 6, TauS: 50, SpikeRate: 0.02, SpikeSigmaM: 30, AccuracyM: 10}
 
 const mPerDegLat = geo.EarthRadiusM * math.Pi / 180

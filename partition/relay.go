@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -55,7 +56,7 @@ type relay struct {
 	// to the broker. Its bound, with the broker's Receive Maximum, is the
 	// backpressure: a full queue blocks the MQTT handler.
 	pending chan relayed
-	done    chan struct{} // closed when acks has returned
+	acking  sync.WaitGroup // the acks goroutine
 
 	stored, retries atomic.Uint64
 	ctx             context.Context
@@ -73,7 +74,7 @@ func newRelay(r *Runner) *relay {
 	prefix, suffix, _ := strings.Cut(base, config.PartitionToken)
 	return &relay{
 		r: r, log: r.log.With("ingest", "mqtt"), prefix: prefix, suffix: suffix,
-		pending: make(chan relayed, mqtt.DefaultReceiveMaximum), done: make(chan struct{}),
+		pending: make(chan relayed, mqtt.DefaultReceiveMaximum),
 	}
 }
 
@@ -98,7 +99,7 @@ func (l *relay) start(ctx context.Context, nc *nats.Conn) error {
 		return err
 	}
 	l.js, l.ctx = js, ctx
-	go l.acks()
+	l.acking.Go(l.acks)
 	src, err := mqtt.Start(ctx, relayConfig(l.r.cfg, l.r.inst), l.log, l.handle)
 	if err != nil {
 		return err
@@ -129,7 +130,6 @@ func (l *relay) handle(m *mqtt.Message) {
 // until it is stored or the instance stops (it is then redelivered to
 // this session when it comes back).
 func (l *relay) acks() {
-	defer close(l.done)
 	for {
 		var p relayed
 		select {
@@ -176,7 +176,7 @@ func (l *relay) wait(p relayed) bool {
 // last flush; the positions not yet stored stay unacked and come back.
 func (l *relay) close(ctx context.Context) {
 	if src := l.src.Load(); src != nil {
-		<-l.done
+		l.acking.Wait()
 		_ = src.Close(ctx)
 	}
 }

@@ -131,12 +131,12 @@ func (in *intake) handle(msg *mqtt.Message) {
 // closes: it logs a listen entry for a new connection whose subscription
 // is granted before any message arrives, and one after a pause or a clock
 // step.
-func (in *intake) watch(stop <-chan struct{}) {
+func (in *intake) watch(ctx context.Context) {
 	t := time.NewTicker(tickEvery)
 	defer t.Stop()
 	for {
 		select {
-		case <-stop:
+		case <-ctx.Done():
 			return
 		case <-t.C:
 			in.mu.Lock()

@@ -200,8 +200,8 @@ func (m *market) serve(ctx context.Context, drain time.Duration) error {
 		syncErr = log.Sync()
 		close(m.drv.in)
 	})
-	stopWatch := make(chan struct{})
-	parts.Go(func() { m.in.watch(stopWatch) }, func() { close(stopWatch) })
+	watchCtx, stopWatch := context.WithCancel(runCtx)
+	parts.Go(func() { m.in.watch(watchCtx) }, stopWatch)
 
 	var startErr error
 	if err := m.in.start(runCtx); err != nil {

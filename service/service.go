@@ -197,11 +197,7 @@ func Run(ctx context.Context, cfgs []config.Config, deps Deps) error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(markets))
 	for i, m := range markets {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = m.run(ctx, deps.DrainTimeout)
-		}()
+		wg.Go(func() { errs[i] = m.run(ctx, deps.DrainTimeout) })
 	}
 	wg.Wait()
 
