@@ -49,7 +49,7 @@ type Config struct {
 	// value is raised to that, as config.Validate requires.
 	RestoreTTL int64
 	// MaxCouriers is how many couriers are tracked at most (contract §3,
-	// Courier limit). Default (<= 0) 200000.
+	// Courier limit). Default (<= 0) config.DefaultMaxCouriers.
 	MaxCouriers   int
 	Filter        geo.Filter
 	StoppedBelowM float64

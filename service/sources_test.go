@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/km0/edgeproc/bridge"
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/internal/testenv"
 	"github.com/km0/edgeproc/service"
@@ -43,7 +45,8 @@ limits: {max_couriers: 3}
 // source in one process with every key of the nats and limits sections
 // set to a non-default value, and checks each reaches what it configures
 // on the real server: the results stream's name, subjects, retention and
-// duplicate window, the courier bucket, the positions stream's retention
+// duplicate window, the courier bucket and how often a courier is
+// rewritten there (nats.kv_interval), the positions stream's retention
 // (jetstream.max_age, jetstream.max_bytes), and limits.max_couriers in the
 // engine of each source. Both markets are served by one listener, with
 // the same metrics, board and health endpoints.
@@ -128,6 +131,38 @@ func TestRun_BothSourcesHonourTheNATSAndLimitsKeys(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// nats.kv_interval 1h: a courier's first position is written to the
+	// bucket at once, a newer one with the same status not for an hour.
+	// At the default (15 s) it would be there within 19 s, checked below.
+	bucketTS := func(market, courier string) int64 {
+		kv, err := js.KeyValue(ctx, config.CourierBucket(market))
+		if err != nil {
+			return 0
+		}
+		e, err := kv.Get(ctx, bridge.CourierKey(courier))
+		if err != nil {
+			return 0
+		}
+		var cs bridge.CourierState
+		if err := json.Unmarshal(e.Value(), &cs); err != nil {
+			t.Fatalf("%s: courier %s in the bucket: %v", market, courier, err)
+		}
+		return cs.TS
+	}
+	for _, market := range []string{"viaduct", "harbour"} {
+		testenv.WaitFor(t, 30*time.Second, "c0's first position in the bucket of "+market, func() bool {
+			return bucketTS(market, "c0") == now
+		})
+	}
+	newer := fmt.Appendf(nil, `{"courier":"c0","lat":41.981,"lon":2.82,"timestamp_ms":%d}`, now+10_000)
+	if err := pub.Publish(ctx, "km0/viaduct/positions/c0", newer); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "part.harbour.0.c0", newer); err != nil {
+		t.Fatal(err)
+	}
+	newerSent := time.Now()
+
 	get := func(path string) (int, string) {
 		res, err := http.Get("http://" + addr + path)
 		if err != nil {
@@ -140,7 +175,7 @@ func TestRun_BothSourcesHonourTheNATSAndLimitsKeys(t *testing.T) {
 	for _, market := range []string{"viaduct", "harbour"} {
 		for _, metric := range []string{
 			fmt.Sprintf(`edgeproc_positions_rejected_total{market=%q,reason="courier_limit"} 2`, market),
-			fmt.Sprintf(`edgeproc_positions_received_total{market=%q} 5`, market),
+			fmt.Sprintf(`edgeproc_positions_received_total{market=%q} 6`, market),
 			fmt.Sprintf(`edgeproc_couriers{market=%q} 3`, market),
 		} {
 			testenv.WaitFor(t, 30*time.Second, metric, func() bool {
@@ -171,6 +206,14 @@ func TestRun_BothSourcesHonourTheNATSAndLimitsKeys(t *testing.T) {
 	})
 	if code, body := get("/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz: %d %s", code, body)
+	}
+	// 1.25 default intervals after the newer position: the writer looks
+	// every interval/4 and writes what has been due for an interval.
+	time.Sleep(time.Until(newerSent.Add(config.DefaultKVInterval*5/4 + 2*time.Second)))
+	for _, market := range []string{"viaduct", "harbour"} {
+		if ts := bucketTS(market, "c0"); ts != now {
+			t.Errorf("%s: c0 in the bucket at %d, want its first position's %d: nats.kv_interval 1h not honoured", market, ts, now)
+		}
 	}
 	run.stop(t, 30*time.Second)
 }
