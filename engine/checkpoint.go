@@ -259,7 +259,7 @@ func Restore(cfg Config, sink Sink, snapshot []byte) (*Engine, uint64, error) {
 			got = r.Int()
 		}
 		if r.Err() == nil && got != want {
-			return nil, 0, fmt.Errorf("%w: %s differs (snapshot %d, configured %d); restore the old configuration or start from an empty state directory", ErrSnapshotConfig, fingerprintNames[i], got, want)
+			return nil, 0, fmt.Errorf("%w: %s differs (snapshot %d, configured %d)", ErrSnapshotConfig, fingerprintNames[i], got, want)
 		}
 	}
 	tag := r.Uint()

@@ -262,6 +262,9 @@ func (p *part) acquire(ctx context.Context, pin string, sent time.Time) bool {
 		// Every retry fails alike until the configuration changes: say it
 		// once, and in /readyz for as long as it lasts.
 		why := "partition " + strconv.Itoa(p.n) + " cannot be taken over: " + err.Error()
+		if errors.Is(err, engine.ErrSnapshotConfig) {
+			why += "; restore the old configuration, or delete key " + p.key + " of bucket " + checkpointBucket(p.r.cfg.Market) + " to start the partition empty from the stream's first message"
+		}
 		if old := p.refused.Swap(&why); old == nil || *old != why {
 			p.r.log.Error("partition cannot be taken over under this configuration; /readyz fails until it can", "partition", p.n, "err", err)
 		}

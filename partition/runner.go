@@ -201,7 +201,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	r.nc = r.deps.Conn
 	if err := r.retrySetup(ctx); err != nil || ctx.Err() != nil {
 		if err != nil {
-			r.dead.Store(&err)
+			r.die(err)
 		}
 		return err
 	}
@@ -215,8 +215,8 @@ func (r *Runner) Run(ctx context.Context) error {
 	}()
 	if r.relay != nil {
 		if err := r.relay.start(ctx, r.nc); err != nil {
-			err = fmt.Errorf("partition: market %s: mqtt ingest: %w", r.cfg.Market, err)
-			r.dead.Store(&err)
+			err = fmt.Errorf("mqtt ingest: %w", err)
+			r.die(err)
 			return err
 		}
 		defer func() {
@@ -234,6 +234,15 @@ func (r *Runner) Run(ctx context.Context) error {
 	r.log.Info("partitions running", "stream", r.cfg.JetStream.Stream, "partitions", len(r.parts))
 	wg.Wait()
 	return nil
+}
+
+// die records the error that ends Run and says so at once. The error
+// names the cause only: /healthz, the log's market attribute and the
+// caller name the market.
+func (r *Runner) die(err error) {
+	if r.dead.CompareAndSwap(nil, &err) {
+		r.log.Error("market failed and stops; /healthz reports it", "err", err)
+	}
 }
 
 // Dead is the error that ended Run, or nil.
@@ -254,7 +263,7 @@ func (r *Runner) retrySetup(ctx context.Context) error {
 			return nil
 		}
 		var cfgErr *configError
-		if errors.As(err, &cfgErr) {
+		if errors.As(err, &cfgErr) || bridge.Refused(err) {
 			return err
 		}
 		delay := backoff.Delay(attempt, 100*time.Millisecond, backoff.Reconnect)

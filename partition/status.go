@@ -236,28 +236,38 @@ func (r *Runner) StatusHandler() http.Handler {
 }
 
 // Collector is the per-partition metrics (edgeproc_partition_*), for the
-// registry of the listener that serves the market.
-func (r *Runner) Collector() prometheus.Collector { return collector{r} }
-
-var (
-	labels        = []string{"market", "instance", "partition"}
-	descOwned     = prometheus.NewDesc("edgeproc_partition_owned", "1 while this instance owns the partition (holds its pin).", labels, nil)
-	descProcessed = prometheus.NewDesc("edgeproc_partition_processed_sequence", "Stream sequence of the last message applied.", labels, nil)
-	descCkpt      = prometheus.NewDesc("edgeproc_partition_checkpoint_sequence", "Stream sequence the last recorded checkpoint reflects.", labels, nil)
-	descLagMsgs   = prometheus.NewDesc("edgeproc_partition_lag_messages", "Messages of the partition not yet delivered to its owner.", labels, nil)
-	descLagSec    = prometheus.NewDesc("edgeproc_partition_lag_seconds", "Age of the last applied message while messages wait (0 when caught up).", labels, nil)
-	descTakeovers = prometheus.NewDesc("edgeproc_partition_takeovers_total", "Terms of ownership this instance started.", labels, nil)
-	descFenced    = prometheus.NewDesc("edgeproc_partition_lost_total", "Terms of ownership that ended because the pin moved or the lease ran out.", labels, nil)
-	descDropped   = prometheus.NewDesc("edgeproc_partition_dropped_results_total", "Results not published because the term had lost the partition.", labels, nil)
-	descCaughtUp  = prometheus.NewDesc("edgeproc_partition_caught_up_messages_total", "Messages read from the stream directly to fill a gap after a takeover.", labels, nil)
-	descMismatch  = prometheus.NewDesc("edgeproc_partition_mapping_mismatch", "1 while the positions stream holds positions on a partition past jetstream.partitions (the server's mapping has more): nobody reads them.", []string{"market", "instance"}, nil)
-)
+// registry of the listener that serves the market. Each market's runner
+// has its own, with the market as a constant label, so that the
+// registry tells the collectors of several markets on one listener
+// apart.
+func (r *Runner) Collector() prometheus.Collector {
+	m := prometheus.Labels{"market": r.cfg.Market}
+	labels := []string{"instance", "partition"}
+	desc := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, labels, m) }
+	return collector{
+		r:         r,
+		owned:     desc("edgeproc_partition_owned", "1 while this instance owns the partition (holds its pin)."),
+		processed: desc("edgeproc_partition_processed_sequence", "Stream sequence of the last message applied."),
+		ckpt:      desc("edgeproc_partition_checkpoint_sequence", "Stream sequence the last recorded checkpoint reflects."),
+		lagMsgs:   desc("edgeproc_partition_lag_messages", "Messages of the partition not yet delivered to its owner."),
+		lagSec:    desc("edgeproc_partition_lag_seconds", "Age of the last applied message while messages wait (0 when caught up)."),
+		takeovers: desc("edgeproc_partition_takeovers_total", "Terms of ownership this instance started."),
+		fenced:    desc("edgeproc_partition_lost_total", "Terms of ownership that ended because the pin moved or the lease ran out."),
+		dropped:   desc("edgeproc_partition_dropped_results_total", "Results not published because the term had lost the partition."),
+		caughtUp:  desc("edgeproc_partition_caught_up_messages_total", "Messages read from the stream directly to fill a gap after a takeover."),
+		mismatch: prometheus.NewDesc("edgeproc_partition_mapping_mismatch",
+			"1 while the positions stream holds positions on a partition past jetstream.partitions (the server's mapping has more): nobody reads them.", []string{"instance"}, m),
+	}
+}
 
 // collector reads the partitions' atomics at scrape time.
-type collector struct{ r *Runner }
+type collector struct {
+	r                                                                                       *Runner
+	owned, processed, ckpt, lagMsgs, lagSec, takeovers, fenced, dropped, caughtUp, mismatch *prometheus.Desc
+}
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descOwned, descProcessed, descCkpt, descLagMsgs, descLagSec, descTakeovers, descFenced, descDropped, descCaughtUp, descMismatch} {
+	for _, d := range []*prometheus.Desc{c.owned, c.processed, c.ckpt, c.lagMsgs, c.lagSec, c.takeovers, c.fenced, c.dropped, c.caughtUp, c.mismatch} {
 		ch <- d
 	}
 }
@@ -267,21 +277,21 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	if why := c.r.mismatch.Load(); why != nil && *why != "" {
 		mismatch = 1
 	}
-	ch <- prometheus.MustNewConstMetric(descMismatch, prometheus.GaugeValue, mismatch, c.r.cfg.Market, c.r.inst)
+	ch <- prometheus.MustNewConstMetric(c.mismatch, prometheus.GaugeValue, mismatch, c.r.inst)
 	for _, s := range c.r.Status() {
-		lv := []string{c.r.cfg.Market, c.r.inst, strconv.Itoa(s.Partition)}
+		lv := []string{c.r.inst, strconv.Itoa(s.Partition)}
 		owned := 0.0
 		if s.Owned {
 			owned = 1
 		}
-		ch <- prometheus.MustNewConstMetric(descOwned, prometheus.GaugeValue, owned, lv...)
-		ch <- prometheus.MustNewConstMetric(descProcessed, prometheus.GaugeValue, float64(s.Processed), lv...)
-		ch <- prometheus.MustNewConstMetric(descCkpt, prometheus.GaugeValue, float64(s.Checkpoint), lv...)
-		ch <- prometheus.MustNewConstMetric(descLagMsgs, prometheus.GaugeValue, float64(s.LagMessages), lv...)
-		ch <- prometheus.MustNewConstMetric(descLagSec, prometheus.GaugeValue, float64(s.LagMs)/1000, lv...)
-		ch <- prometheus.MustNewConstMetric(descTakeovers, prometheus.CounterValue, float64(s.Takeovers), lv...)
-		ch <- prometheus.MustNewConstMetric(descFenced, prometheus.CounterValue, float64(s.Fenced), lv...)
-		ch <- prometheus.MustNewConstMetric(descDropped, prometheus.CounterValue, float64(s.Dropped), lv...)
-		ch <- prometheus.MustNewConstMetric(descCaughtUp, prometheus.CounterValue, float64(s.CaughtUp), lv...)
+		ch <- prometheus.MustNewConstMetric(c.owned, prometheus.GaugeValue, owned, lv...)
+		ch <- prometheus.MustNewConstMetric(c.processed, prometheus.GaugeValue, float64(s.Processed), lv...)
+		ch <- prometheus.MustNewConstMetric(c.ckpt, prometheus.GaugeValue, float64(s.Checkpoint), lv...)
+		ch <- prometheus.MustNewConstMetric(c.lagMsgs, prometheus.GaugeValue, float64(s.LagMessages), lv...)
+		ch <- prometheus.MustNewConstMetric(c.lagSec, prometheus.GaugeValue, float64(s.LagMs)/1000, lv...)
+		ch <- prometheus.MustNewConstMetric(c.takeovers, prometheus.CounterValue, float64(s.Takeovers), lv...)
+		ch <- prometheus.MustNewConstMetric(c.fenced, prometheus.CounterValue, float64(s.Fenced), lv...)
+		ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(s.Dropped), lv...)
+		ch <- prometheus.MustNewConstMetric(c.caughtUp, prometheus.CounterValue, float64(s.CaughtUp), lv...)
 	}
 }

@@ -165,6 +165,9 @@ func (m *market) recover(ecfg engine.Config) error {
 	}
 	store := &localStore{dir: ckpts, log: m.log}
 	eng, tag, err := engine.Recover(context.Background(), ecfg, m.snk.publish, store)
+	if errors.Is(err, engine.ErrSnapshotConfig) {
+		return fmt.Errorf("%w; restore the old configuration, or start from an empty state directory (move %s aside)", err, dir)
+	}
 	if err != nil {
 		return err
 	}

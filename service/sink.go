@@ -68,6 +68,9 @@ func (s *sink) open(ctx context.Context) (bool, error) {
 		if ctx.Err() != nil {
 			return false, nil
 		}
+		if bridge.Refused(err) {
+			return false, err
+		}
 		delay := backoff.Delay(attempt, 250*time.Millisecond, backoff.Reconnect)
 		s.log.Warn("cannot open the JetStream stream yet, retrying", "retry_in", delay, "err", err)
 		select {

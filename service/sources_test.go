@@ -17,6 +17,7 @@ import (
 	"github.com/km0/edgeproc/bridge"
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/internal/testenv"
+	"github.com/km0/edgeproc/partition"
 	"github.com/km0/edgeproc/service"
 )
 
@@ -214,6 +215,123 @@ func TestRun_BothSourcesHonourTheNATSAndLimitsKeys(t *testing.T) {
 		if ts := bucketTS(market, "c0"); ts != now {
 			t.Errorf("%s: c0 in the bucket at %d, want its first position's %d: nats.kv_interval 1h not honoured", market, ts, now)
 		}
+	}
+	run.stop(t, 30*time.Second)
+}
+
+// TestRun_TwoPartitionedMarketsInOneProcess: two markets of source
+// jetstream in one process, on one NATS server, each with its own
+// partitions, consumers, buckets and results stream: each owns all its
+// partitions, processes exactly its own couriers (none of the other's in
+// its counts, its bucket or its partitions), records checkpoints, and
+// both stop cleanly.
+func TestRun_TwoPartitionedMarketsInOneProcess(t *testing.T) {
+	ns := testenv.StartNATS(t)
+	markets := []string{"north", "south"}
+	var cfgs []config.Config
+	for _, m := range markets {
+		y := fmt.Sprintf(`market: %s
+source: %s
+nats: {url: %q}
+windows: {idle_timeout: 0s}
+state: {dir: %q, checkpoint_interval: 1s}
+http: {listen: "127.0.0.1:0"}
+jetstream: {replicas: 1, pin_ttl: 2s, partitions: 2, ingest: gateway}
+`, m, "jetstream", ns.URL(), t.TempDir())
+		c, err := config.Parse(strings.NewReader(y), m+".yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfgs = append(cfgs, c)
+	}
+	run := startService(t, cfgs, service.Deps{Log: testLog(t), Shards: 1})
+	addr := (<-run.addr).String()
+	get := func(path string) (int, string) {
+		res, err := http.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	testenv.WaitFor(t, 30*time.Second, "both markets ready", func() bool {
+		res, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			select {
+			case err := <-run.done:
+				t.Fatalf("service ended: %v", err)
+			default:
+			}
+			return false
+		}
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK
+	})
+
+	nc := ns.Connect(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// north has 4 couriers, south 6, with two ids in both markets: the
+	// same id is a different courier in each.
+	couriers := map[string][]string{"north": {"n1", "n2", "x1", "x2"}, "south": {"s1", "s2", "s3", "s4", "x1", "x2"}}
+	now := time.Now().UnixMilli()
+	for _, m := range markets {
+		for i, c := range couriers[m] {
+			for k := range 3 {
+				payload := fmt.Appendf(nil, `{"courier":%q,"lat":41.98,"lon":2.82,"timestamp_ms":%d}`, c, now+int64(1000*k+i))
+				subject := fmt.Sprintf("part.%s.%d.%s", m, partition.PartitionOf(c, 2), c)
+				if _, err := js.Publish(ctx, subject, payload); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	for _, m := range markets {
+		for _, metric := range []string{
+			fmt.Sprintf(`edgeproc_positions_received_total{market=%q} %d`, m, 3*len(couriers[m])),
+			fmt.Sprintf(`edgeproc_couriers{market=%q} %d`, m, len(couriers[m])),
+		} {
+			testenv.WaitFor(t, 30*time.Second, metric, func() bool {
+				_, body := get("/metrics")
+				return strings.Contains(body, metric)
+			})
+		}
+		for n := range 2 {
+			re := regexp.MustCompile(fmt.Sprintf(`edgeproc_partition_owned\{instance="[^"]+",market=%q,partition="%d"\} 1`, m, n))
+			if _, body := get("/metrics"); !re.MatchString(body) {
+				t.Errorf("%s: partition %d not owned", m, n)
+			}
+		}
+		testenv.WaitFor(t, 30*time.Second, m+" checkpoints recorded", func() bool {
+			_, body := get("/metrics")
+			return regexp.MustCompile(fmt.Sprintf(`edgeproc_checkpoints_total\{market=%q\} [1-9]`, m)).MatchString(body)
+		})
+		kv, err := js.KeyValue(ctx, config.CourierBucket(m))
+		if err != nil {
+			t.Fatalf("%s: courier bucket: %v", m, err)
+		}
+		var keys []string
+		testenv.WaitFor(t, 30*time.Second, m+"'s couriers in its bucket", func() bool {
+			keys, err = kv.Keys(ctx)
+			return err == nil && len(keys) == len(couriers[m])
+		})
+		want := map[string]bool{}
+		for _, c := range couriers[m] {
+			want[bridge.CourierKey(c)] = true
+		}
+		for _, k := range keys {
+			if !want[k] {
+				t.Errorf("%s's bucket holds %s, not one of its couriers %v", m, k, couriers[m])
+			}
+		}
+	}
+	if code, body := get("/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz: %d %s", code, body)
 	}
 	run.stop(t, 30*time.Second)
 }
