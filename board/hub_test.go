@@ -169,7 +169,7 @@ func TestHub_AppliesTheBucketRules(t *testing.T) {
 	}
 }
 
-// Regression (issue 22): revisions of a window may reach the board out of
+// Regression: revisions of a window may reach the board out of
 // order (results re-delivered after a restart). The board keeps, for the
 // latest window, the firing with the highest revision: an older revision,
 // or the first firing, arriving after a newer one changes nothing; a newer

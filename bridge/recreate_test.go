@@ -134,7 +134,7 @@ func TestKV_BucketDeletedIsRecreated(t *testing.T) {
 	}
 }
 
-// The case: after a courier's newer online state is written, a
+// The case: after a courier's newer online state is written, a
 // stale no_signal (of an older session) must not overwrite it, however long
 // after the write it comes.
 func TestKV_NewestWinsAfterWrite(t *testing.T) {

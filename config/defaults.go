@@ -24,10 +24,8 @@ const (
 	DefaultDuplicateWindow = 10 * time.Minute
 	// DefaultKVInterval is nats.kv_interval.
 	DefaultKVInterval = 15 * time.Second
-	// DefaultMaxAge is nats.max_age. At 1 fix / 5 s and the default
-	// windows a courier produces about 62 results an hour (~27 KB of
-	// stream), so DefaultMaxBytes holds a day of ~1 650 couriers; see
-	// docs/reference.md's sizing.
+	// DefaultMaxAge is nats.max_age: a day of results, for a dashboard
+	// that shows today (README, Sizing: how long max_bytes holds).
 	DefaultMaxAge = 24 * time.Hour
 	// DefaultMaxBytes is nats.max_bytes: 1 GiB.
 	DefaultMaxBytes int64 = 1 << 30

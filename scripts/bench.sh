@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Replay and engine benchmarks (issue #2): a 500-courier, 2-hour simulated
-# fleet (one position every ~5 s, the seed's delay profile) replayed end to
+# Replay and engine benchmarks: a 500-courier, 2-hour simulated
+# fleet (one position every ~5 s, fleet/delay.go's delay profile) replayed end to
 # end, then the engine alone, allocations per position and retained state per
 # courier. Figures go to stdout; the machine is noted because these
 # machines are small and noisy: compare runs with benchstat, not by eye.

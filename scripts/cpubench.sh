@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CPU per position, edgeproc vs Mosquitto in the same run (issue #8): for
+# CPU per position, edgeproc vs Mosquitto in the same run: for
 # each fleet, `edgeproc run` (WAL group commit, results to JetStream, the
 # courier KV) fed through Mosquitto at a fixed rate; loadbench reads
 # utime+stime of both processes from /proc/PID/stat over the same interval

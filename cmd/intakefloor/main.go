@@ -4,7 +4,7 @@
 // NATS, no checkpoints. It stands in for `edgeproc run` under loadbench
 // (`loadbench --edgeproc intakefloor --results=false`) to measure the CPU
 // that receiving and logging positions costs by itself: the floor under
-// edgeproc's CPU per position, for issue #8's ratio to Mosquitto's.
+// edgeproc's CPU per position, for its ratio to Mosquitto's.
 //
 //	intakefloor run --config FILE
 //

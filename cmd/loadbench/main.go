@@ -1,4 +1,4 @@
-// Command loadbench is edgeproc's live-service benchmark (issue #3): on
+// Command loadbench is edgeproc's live-service benchmark: on
 // loopback, in one run, it measures
 //
 //  1. the broker's own QoS 1 pub→sub rate for fleet payloads (a plain
@@ -48,7 +48,7 @@ import (
 	"github.com/km0/edgeproc/internal/mosquitto"
 )
 
-// Targets of issue #3.
+// Targets: the live service's latency goals.
 const (
 	targetRatio = 0.90                 // of the broker's own rate
 	targetP99   = 5 * time.Millisecond // window close → JetStream ack
@@ -106,7 +106,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.ReadBack, "read-back", false, "read each step's results from the stream only after the step (the 'stored' columns alone): no reader shares the cores during the step")
 	fs.BoolVar(&o.CoreTap, "core-tap", true, "also read the results on a plain NATS subscription (the 'core' columns); the server then delivers each result twice")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the temp dir (configs, logs, state)")
-	fs.BoolVar(&o.Strict, "strict", false, "exit 3 when a target of issue #3 is missed")
+	fs.BoolVar(&o.Strict, "strict", false, "exit 3 when a target is missed")
 	fs.BoolVar(&o.Verbose, "v", false, "log the publisher's connection events")
 	if err := fs.Parse(args); err != nil {
 		return 2

@@ -1,5 +1,5 @@
-// Command noisebench measures distance_m and stopped under phone-GPS noise
-// (issue 9): couriers whose true path is known — synthetic ones, and real
+// Command noisebench measures distance_m and stopped under phone-GPS
+// noise: couriers whose true path is known — synthetic ones, and real
 // GPX tracks taken as truth — get the noise model of gpsnoise.Phone, go
 // through the engine with edgeproc's default distance filter and with the
 // filters off (raw haversine), and every full 5-minute window is compared
@@ -7,7 +7,7 @@
 //
 //	go run ./cmd/noisebench [-seeds 10] [-hours 2]
 //
-// With -tunnels it measures allowed lateness (issue 22) instead: a fleet
+// With -tunnels it measures allowed lateness instead: a fleet
 // whose phones queue their positions in tunnels and deliver them on the
 // way out, against the same fleet delivered on time (-seeds is then the
 // fleet's seed).
@@ -149,7 +149,7 @@ func (t *tally) String() string {
 	return strings.Join(parts, "; ")
 }
 
-// boundOf is the goal of issue 9 for a window whose true distance is d:
+// boundOf is the distance bound for a window whose true distance is d:
 // < 50 m when still, else within 10 % at walking pace (under 3 m/s), 5 %
 // faster.
 func boundOf(d float64) float64 {

@@ -13,7 +13,7 @@ import (
 	"github.com/km0/edgeproc/result"
 )
 
-// tunnelFleet is the fleet of the tunnel measurement (issue 22): every
+// tunnelFleet is the fleet of the tunnel measurement: every
 // courier tunnel-prone, four tunnels an hour of driving, each 1-6 min
 // without network, the phone delivering what it queued on the way out.
 func tunnelFleet(couriers int, d time.Duration, seed int64, mode fleet.TunnelMode) fleet.Config {
