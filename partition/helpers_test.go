@@ -248,7 +248,17 @@ func lastSeqs(t testing.TB, nc *nats.Conn, cfg config.Config) []uint64 {
 // result by key.
 func reference(t testing.TB, url string, cfg config.Config) map[string]string {
 	t.Helper()
+	want, _ := replay(t, url, cfg)
+	return want
+}
+
+// replay is reference, with each partition's engine counters and gauges
+// (received, results by type, couriers, watermark...) once it has applied
+// the whole partition, indexed by partition.
+func replay(t testing.TB, url string, cfg config.Config) (map[string]string, []engine.Stats) {
+	t.Helper()
 	want := map[string]string{}
+	stats := make([]engine.Stats, cfg.JetStream.Partitions)
 	for n := range cfg.JetStream.Partitions {
 		ecfg := EngineConfig(cfg, n)
 		ecfg.Shards = 1
@@ -276,8 +286,9 @@ func reference(t testing.TB, url string, cfg config.Config) map[string]string {
 			e.Push(&engine.Input{Payload: m.Data, Topic: natsToMQTT(m.Subject), Arrival: m.Time.UnixMilli(), HasArrival: true, Line: int64(m.Seq)})
 		}
 		e.Stop()
+		stats[n] = e.Stats()
 	}
-	return want
+	return want, stats
 }
 
 // published returns the results stream by key, failing on a key stored
@@ -349,7 +360,13 @@ func statuses(ins ...*instance) [][]Status {
 // number of results; none fails the test, which would check nothing.
 func equalsReplay(t testing.TB, url string, cfg config.Config) int {
 	t.Helper()
-	want := reference(t, url, cfg)
+	return equalsReplayOf(t, url, cfg, reference(t, url, cfg))
+}
+
+// equalsReplayOf is equalsReplay with the replay's results (reference)
+// already computed from the complete positions stream.
+func equalsReplayOf(t testing.TB, url string, cfg config.Config, want map[string]string) int {
+	t.Helper()
 	got := published(t, url, cfg)
 	if diffs := testenv.DiffResults(got, want, "the per-partition replay"); len(diffs) > 0 {
 		t.Errorf("%d differences, first ones:", len(diffs))
