@@ -156,7 +156,9 @@ type JetStream struct {
 	// positions stream does) or "mqtt" (the phones publish to the
 	// market's broker, the mqtt section; every instance relays every
 	// position into the stream, which keeps one copy, and acks it to the
-	// broker only once the stream has stored it). Default "gateway".
+	// broker only once the stream has stored it). Default "mqtt": the one
+	// that acks a phone only once its position is durable in the stream
+	// whatever node dies (contract §8; docs/scale-out.md).
 	Ingest string
 	// Instance names this process in ownership records, logs and metrics;
 	// it must differ between the instances of a market. Default empty:
@@ -405,7 +407,7 @@ func Default() Config {
 			PinTTL:     DefaultPinTTL,
 			Replicas:   DefaultReplicas,
 			MaxAge:     DefaultPositionsMaxAge,
-			Ingest:     "gateway",
+			Ingest:     "mqtt",
 		},
 		MQTT: MQTT{
 			URL:           DefaultMQTTURL,

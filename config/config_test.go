@@ -24,7 +24,7 @@ func mustParse(tb testing.TB, src string) Config {
 func jetStreamDefaults(upper, market string) JetStream {
 	return JetStream{
 		Stream: "POSITIONS_" + upper, Subject: "part." + market + ".{partition}.*", Partitions: 1,
-		Consumer: "edgeproc-" + market, PinTTL: 10 * time.Second, Replicas: 3, MaxAge: 24 * time.Hour, Ingest: "gateway",
+		Consumer: "edgeproc-" + market, PinTTL: 10 * time.Second, Replicas: 3, MaxAge: 24 * time.Hour, Ingest: "mqtt",
 	}
 }
 

@@ -30,6 +30,10 @@ func mapping(partitions int) map[string]string {
 // HTTP on listen; jetstream holds more lines of the jetstream section
 // (indented two spaces).
 func testYAML(url string, partitions int, listen, jetstream string) string {
+	if !strings.Contains(jetstream, "ingest:") {
+		// The tests publish as the gateway does: into the partitions.
+		jetstream += "  ingest: gateway\n"
+	}
 	return fmt.Sprintf(`market: girona
 source: jetstream
 jetstream:

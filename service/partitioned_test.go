@@ -33,6 +33,7 @@ jetstream:
   pin_ttl: 2s
   replicas: 1
   instance: inst-a
+  ingest: gateway
 nats: {url: %q}
 state: {dir: %q, checkpoint_interval: 200ms}
 http: {listen: "127.0.0.1:0"}

@@ -60,6 +60,7 @@ func TestRun_BothSourcesHonourTheNATSAndLimitsKeys(t *testing.T) {
 		sourceYAML("harbour", "jetstream", mq.URL(), ns.URL(), t.TempDir(), `jetstream:
   replicas: 1
   pin_ttl: 2s
+  ingest: gateway
   max_age: 2h
   max_bytes: 50MiB
 `),
