@@ -45,10 +45,94 @@ func TestDistance_StateRoundTrip(t *testing.T) {
 			}
 			want := d
 			want.segs, want.marks, want.dense = nil, nil, false // caches: not checkpointed
+			want.Checkpointed()                                  // a restored state is its checkpoint
 			if !reflect.DeepEqual(got, want) {
 				t.Fatalf("seed %d step %d: restored\n%+v\nwant\n%+v", seed, i, got, want)
 			}
 		}
+	}
+}
+
+// TestDistance_DeltaRoundTrip checkpoints a courier every few steps of a
+// noisy, out-of-order stream, with and without allowed lateness and with
+// silences that drop every fix, as a delta on the previous checkpoint's
+// state, and requires the state rebuilt from the deltas to equal the
+// courier's bit for bit at every checkpoint; and a steady courier's deltas
+// to be a small part of its state.
+func TestDistance_DeltaRoundTrip(t *testing.T) {
+	const epoch = 1_767_225_600_000
+	for seed := uint64(0); seed < 40; seed++ {
+		r := rand.New(rand.NewPCG(seed, 3))
+		s := NewSpec(5*minute, minute)
+		if seed%2 == 1 {
+			s = lateSpec()
+		}
+		f := geo.Filter{MinMoveM: 15, MaxSpeedKmh: 150}
+		if seed%4 == 0 {
+			f = geo.Filter{}
+		}
+		var d Distance
+		d.Start(0)
+		var ck Distance // the state as the checkpoints rebuild it
+		wm, now, north := int64(0), int64(epoch), 0.0
+		deltaBytes, stateBytes := 0, 0
+		for i := 0; i < 600; i++ {
+			now += 5_000
+			if r.IntN(150) == 0 {
+				now += 20 * minute // silence: every fix is dropped
+			}
+			ts := now - int64(r.IntN(40_000))
+			north += 3 * r.Float64() * float64(i/100%2)
+			if !s.Late(ts, wm) && !d.Has(ts) {
+				x := fixAt(ts, north+10*r.NormFloat64())
+				x.Acc = float64(r.IntN(15))
+				d.Insert(s, f, x)
+				if s.Lateness > 0 && ts < wm {
+					d.Revise(s, ts, func(Window) {})
+				}
+			}
+			wm = max(wm, now-45_000)
+			d.Advance(s, wm, func(Window) {})
+			if r.IntN(3) != 0 {
+				continue
+			}
+			delta := d.AppendDelta(s, nil)
+			if err := ck.ApplyDelta(s, wire.NewReader(delta)); err != nil {
+				t.Fatalf("seed %d step %d: %v", seed, i, err)
+			}
+			got, want := ck.AppendState(nil), d.AppendState(nil)
+			if !slices.Equal(got, want) {
+				t.Fatalf("seed %d step %d: the deltas rebuilt\n%x\nwant\n%x", seed, i, got, want)
+			}
+			d.Checkpointed()
+			deltaBytes += len(delta)
+			stateBytes += len(want)
+		}
+		if seed%4 != 0 && 10*deltaBytes > 3*stateBytes {
+			t.Errorf("seed %d: deltas %d bytes, whole states %d: want under 30 %%", seed, deltaBytes, stateBytes)
+		}
+	}
+}
+
+// A delta applied to a state it was not made from is refused, not
+// misapplied.
+func TestDistance_DeltaOnAnotherStateIsRefused(t *testing.T) {
+	const epoch = 1_767_225_600_000
+	s := NewSpec(5*minute, minute)
+	f := geo.Filter{}
+	var d, other Distance
+	d.Start(0)
+	other.Start(0)
+	for i := range 100 {
+		d.Insert(s, f, fixAt(epoch+int64(i)*5_000, float64(i)))
+	}
+	d.Checkpointed()
+	for i := range 3 {
+		other.Insert(s, f, fixAt(epoch+int64(i)*5_000, float64(i)))
+	}
+	d.Insert(s, f, fixAt(epoch+100*5_000, 100))
+	if err := other.ApplyDelta(s, wire.NewReader(d.AppendDelta(s, nil))); err == nil {
+		t.Fatalf("a delta on 100 fixes applied to a state of 3")
 	}
 }
 

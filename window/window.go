@@ -225,6 +225,17 @@ type Distance struct {
 	marks []mark           // by ts; in panes of markEvery fixes or more
 	fired int64            // every window ending at or before fired has been handled
 	kept  []retainedWindow // by end; only with Spec.Lateness > 0
+	since since            // what changed since the last checkpoint (AppendDelta)
+}
+
+// since is how a Distance differs from itself at its last checkpoint, so
+// that a checkpoint writes a courier's new fixes rather than all of them
+// (AppendDelta). fixes[:from] are that checkpoint's fixes from dropped
+// on, unchanged, and so are the panes before fixes[from]'s; the rest is
+// new. from 0 is the whole state (a courier new since, or one whose
+// unchanged fixes were all dropped).
+type since struct {
+	dropped, from int32
 }
 
 // Start readies d for a courier first seen at watermark wm: windows that
@@ -291,6 +302,7 @@ func (d *Distance) Insert(s Spec, f geo.Filter, x geo.Fix) {
 		}
 	}
 	d.fixes[i] = pack(x)
+	d.since.from = min(d.since.from, int32(i))
 	p := d.paneOf(s.paneIdx(x.TS))
 	d.panes[p].n++
 	if i == n { // in order: one step from the state after the fix before x
@@ -630,6 +642,12 @@ func (d *Distance) evict(s Spec, lb int64) {
 		j++
 	}
 	d.base = d.panes[j-1].end
+	if int32(k) < d.since.from {
+		d.since.dropped += int32(k)
+		d.since.from -= int32(k)
+	} else {
+		d.since = since{} // nothing unchanged is left: the whole state is new
+	}
 	if k == len(d.fixes) {
 		// An idle courier keeps only the filter's state.
 		d.fixes, d.segs, d.panes, d.marks, d.kept, d.dense = nil, nil, nil, nil, nil, false
