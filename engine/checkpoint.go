@@ -13,6 +13,7 @@ import (
 	"github.com/km0/edgeproc/internal/wire"
 	"github.com/km0/edgeproc/position"
 	"github.com/km0/edgeproc/watermark"
+	"github.com/km0/edgeproc/window"
 )
 
 // SnapshotVersion is the format version of Checkpoint's snapshots. A
@@ -71,8 +72,24 @@ func (e *Engine) Checkpoint(tag uint64, done func(snapshot [][]byte)) {
 	e.dispatch(c)
 }
 
+// CheckpointDelta is Checkpoint writing only what changed since the
+// previous checkpoint's barrier, whose tag is base: the couriers changed
+// since (each as a delta on its state then, see window.AppendDelta) and
+// the names of those forgotten since, with the header and the dead zones
+// whole. Merge applies it to that checkpoint's snapshot. The caller must
+// only build on a previous snapshot it has stored: after one it could not
+// store, the next must be whole (Checkpoint).
+func (e *Engine) CheckpointDelta(base, tag uint64, done func(snapshot [][]byte)) {
+	c := e.take()
+	j := &snapshotJob{header: e.appendDeltaHeader(nil, base, tag), delta: true, parts: make([][]byte, len(e.shards)), done: done, wg: &e.wg}
+	j.left.Store(int32(len(e.shards) + 1))
+	c.ckpt = j
+	e.dispatch(c)
+}
+
 // snapshotJob gathers one checkpoint's parts.
 type snapshotJob struct {
+	delta  bool // CheckpointDelta's
 	header []byte
 	zones  []byte   // the dead zones' state, written by the merger
 	parts  [][]byte // by shard, each written only by its shard
@@ -114,23 +131,53 @@ func (s *shard) beginSnap(j *snapshotJob) {
 	s.epoch++
 	// Size the buffer after the previous snapshot: growing a large one by
 	// doubling leaves as much garbage as it keeps.
-	sn := &shardSnap{job: j, todo: make([]*courier, 0, s.count), buf: make([]byte, 0, s.lastSnap+s.lastSnap/8)}
-	for _, c := range s.couriers {
-		if c != nil {
-			sn.todo = append(sn.todo, c)
+	sn := &shardSnap{job: j, buf: make([]byte, 0, s.lastSnap+s.lastSnap/8)}
+	if j.delta {
+		sn.todo = s.changed // their due is the new epoch
+		for _, name := range s.forgotten {
+			sn.buf = wire.AppendUint(sn.buf, deltaForgotten)
+			sn.buf = wire.AppendString(sn.buf, name)
+		}
+	} else {
+		sn.todo = make([]*courier, 0, s.count)
+		for _, c := range s.couriers {
+			if c != nil {
+				sn.todo = append(sn.todo, c)
+			}
 		}
 	}
+	s.changed, s.forgotten = nil, nil
 	s.snap = sn
 }
 
-// save writes c into the snapshot in progress unless it is there already.
-// Every change to a courier's state is preceded by a save.
+// save writes c into the snapshot in progress unless it is there already
+// or, in an incremental one, unchanged before the barrier; and counts it
+// changed for the next one. Every change to a courier's state is preceded
+// by a save.
 func (s *shard) save(c *courier) {
-	if s.snap == nil || c.epoch == s.epoch {
+	s.saveSnap(c)
+	s.changedNow(c)
+}
+
+func (s *shard) saveSnap(c *courier) {
+	if s.snap == nil || c.epoch == s.epoch || (s.snap.job.delta && c.due != s.epoch) {
 		return
 	}
 	c.epoch = s.epoch
-	s.snap.buf = s.appendCourier(s.snap.buf, c)
+	if s.snap.job.delta {
+		s.snap.buf = s.appendCourierDelta(s.snap.buf, c)
+	} else {
+		s.snap.buf = s.appendCourier(s.snap.buf, c)
+	}
+	c.dist.Checkpointed()
+}
+
+// changedNow lists c for the next snapshot, once.
+func (s *shard) changedNow(c *courier) {
+	if c.due != s.epoch+1 {
+		c.due = s.epoch + 1
+		s.changed = append(s.changed, c)
+	}
 }
 
 // snapStep saves up to n couriers (all when n < 0), and hands the part
@@ -145,7 +192,7 @@ func (s *shard) snapStep(n int) {
 		sn.todo[len(sn.todo)-1] = nil
 		sn.todo = sn.todo[:len(sn.todo)-1]
 		if !c.gone {
-			s.save(c)
+			s.saveSnap(c)
 		}
 		n--
 	}
@@ -187,6 +234,18 @@ func (e *Engine) appendHeader(b []byte, tag uint64) []byte {
 		b = wire.AppendBool(b, v)
 	}
 	return b
+}
+
+// appendCourierDelta appends one courier as a section of an incremental
+// snapshot: its distance state as a delta on the last checkpoint's, the
+// rest whole.
+func (s *shard) appendCourierDelta(b []byte, c *courier) []byte {
+	b = wire.AppendUint(b, deltaCourier)
+	b = wire.AppendString(b, c.name)
+	b = wire.AppendInt(b, c.latest)
+	b = c.dist.AppendDelta(s.p.spec, b)
+	b = c.sess.AppendState(b)
+	return appendPresence(b, c.area)
 }
 
 // appendCourier appends one courier as a section of its own: a count of 1,
@@ -250,23 +309,11 @@ func Restore(cfg Config, sink Sink, snapshot []byte) (*Engine, uint64, error) {
 	if r.Err() == nil && version != SnapshotVersion && version != snapshotV3 && version != snapshotV2 {
 		return nil, 0, fmt.Errorf("%w: version %d, this edgeproc reads versions %d to %d", ErrSnapshotVersion, version, snapshotV2, SnapshotVersion)
 	}
-	if m := r.String(); r.Err() == nil && m != cfg.Market {
-		return nil, 0, fmt.Errorf("%w: market %q, configured %q", ErrSnapshotConfig, m, cfg.Market)
-	}
-	for i, want := range cfg.fingerprint() {
-		got := int64(0) // version 2 was written without allowed lateness
-		if version != snapshotV2 || i < len(fingerprintNames)-1 {
-			got = r.Int()
-		}
-		if r.Err() == nil && got != want {
-			return nil, 0, fmt.Errorf("%w: %s differs (snapshot %d, configured %d)", ErrSnapshotConfig, fingerprintNames[i], got, want)
-		}
+	if err := checkConfig(cfg, r, version); err != nil {
+		return nil, 0, err
 	}
 	tag := r.Uint()
-	items := r.Int()
-	var w watermark.State
-	w.WM, w.MaxTS, w.Clock, w.MaxArrival, w.Last = r.Int(), r.Int(), r.Int(), r.Int(), r.Int()
-	w.HasClock, w.HasMaxArrival, w.HasLast = r.Bool(), r.Bool(), r.Bool()
+	items, w := readCounters(r)
 	if err := r.Err(); err != nil {
 		return nil, 0, fmt.Errorf("%w: header: %v", ErrSnapshotCorrupt, err)
 	}
@@ -292,26 +339,10 @@ func Restore(cfg Config, sink Sink, snapshot []byte) (*Engine, uint64, error) {
 	for r.Len() > 0 && r.Err() == nil {
 		n := r.Count(4)
 		for i := 0; i < n && r.Err() == nil; i++ {
-			c := &courier{name: r.String(), latest: r.Int()}
-			if err := c.dist.ReadState(e.params.spec, r, version != snapshotV2); err != nil {
+			c := &courier{}
+			if err := readCourier(e.params.spec, r, c, version); err != nil {
 				e.Stop()
-				return nil, 0, fmt.Errorf("%w: courier %q: %v", ErrSnapshotCorrupt, c.name, err)
-			}
-			if err := c.sess.ReadState(r); err != nil {
-				e.Stop()
-				return nil, 0, fmt.Errorf("%w: courier %q: %v", ErrSnapshotCorrupt, c.name, err)
-			}
-			if version >= 4 {
-				if err := readPresence(r, &c.area); err != nil {
-					e.Stop()
-					return nil, 0, fmt.Errorf("%w: courier %q: %v", ErrSnapshotCorrupt, c.name, err)
-				}
-			}
-			// Event times beyond the contract's range would leave int64 at a
-			// window end: such state was not written by an engine.
-			if c.latest <= 0 || c.latest > position.MaxTimestamp || c.dist.After(c.latest, nil) != nil {
-				e.Stop()
-				return nil, 0, fmt.Errorf("%w: courier %q: timestamps out of range", ErrSnapshotCorrupt, c.name)
+				return nil, 0, err
 			}
 			if e.track.byName[c.name] != nil || r.Err() != nil {
 				e.Stop()
@@ -336,6 +367,55 @@ func Restore(cfg Config, sink Sink, snapshot []byte) (*Engine, uint64, error) {
 		}
 	}
 	return e, tag, nil
+}
+
+// checkConfig reads a snapshot header's market and fingerprint and
+// requires them to be cfg's.
+func checkConfig(cfg Config, r *wire.Reader, version uint64) error {
+	if m := r.String(); r.Err() == nil && m != cfg.Market {
+		return fmt.Errorf("%w: market %q, configured %q", ErrSnapshotConfig, m, cfg.Market)
+	}
+	for i, want := range cfg.fingerprint() {
+		got := int64(0) // version 2 was written without allowed lateness
+		if version != snapshotV2 || i < len(fingerprintNames)-1 {
+			got = r.Int()
+		}
+		if r.Err() == nil && got != want {
+			return fmt.Errorf("%w: %s differs (snapshot %d, configured %d)", ErrSnapshotConfig, fingerprintNames[i], got, want)
+		}
+	}
+	return nil
+}
+
+// readCounters reads what a header holds after the tag.
+func readCounters(r *wire.Reader) (items int64, w watermark.State) {
+	items = r.Int()
+	w.WM, w.MaxTS, w.Clock, w.MaxArrival, w.Last = r.Int(), r.Int(), r.Int(), r.Int(), r.Int()
+	w.HasClock, w.HasMaxArrival, w.HasLast = r.Bool(), r.Bool(), r.Bool()
+	return items, w
+}
+
+// readCourier reads one courier's section (after its count) as a
+// snapshot of version wrote it.
+func readCourier(spec window.Spec, r *wire.Reader, c *courier, version uint64) error {
+	c.name, c.latest = r.String(), r.Int()
+	if err := c.dist.ReadState(spec, r, version != snapshotV2); err != nil {
+		return fmt.Errorf("%w: courier %q: %v", ErrSnapshotCorrupt, c.name, err)
+	}
+	if err := c.sess.ReadState(r); err != nil {
+		return fmt.Errorf("%w: courier %q: %v", ErrSnapshotCorrupt, c.name, err)
+	}
+	if version >= 4 {
+		if err := readPresence(r, &c.area); err != nil {
+			return fmt.Errorf("%w: courier %q: %v", ErrSnapshotCorrupt, c.name, err)
+		}
+	}
+	// Event times beyond the contract's range would leave int64 at a
+	// window end: such state was not written by an engine.
+	if c.latest <= 0 || c.latest > position.MaxTimestamp || c.dist.After(c.latest, nil) != nil {
+		return fmt.Errorf("%w: courier %q: timestamps out of range", ErrSnapshotCorrupt, c.name)
+	}
+	return nil
 }
 
 // Recover starts an engine from the newest recovery point of store, or an

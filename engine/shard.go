@@ -22,6 +22,7 @@ type courier struct {
 	timed  bool          // it has a live timer entry
 	gone   bool          // forgotten: its heap entries are stale
 	epoch  uint32        // the shard's snapshot epoch it was last saved in (or born after)
+	due    uint32        // the epoch of the next snapshot it must be in: changed since the last
 
 	// The last H3 cell computed and its point: a parked courier's windows
 	// end on the same fix, and a cell costs ~1.5 µs.
@@ -67,6 +68,12 @@ type shard struct {
 	snap     *shardSnap
 	epoch    uint32
 	lastSnap int // bytes of the previous snapshot part
+	// changed lists the couriers changed since the last snapshot's
+	// barrier (each once: due), forgotten the names forgotten since: what
+	// an incremental snapshot writes. Both are emptied at every barrier,
+	// so they hold at most one interval's couriers.
+	changed   []*courier
+	forgotten []string
 
 	// next is the earliest timer as of the last chunk (tmath.Forever when
 	// none), for Engine.TickDue.
@@ -162,6 +169,7 @@ func (s *shard) apply(ev *event) {
 			c.gone = true
 			s.couriers[ev.slot] = nil
 			s.count--
+			s.forgotten = append(s.forgotten, c.name)
 		}
 		return
 	}
@@ -169,6 +177,7 @@ func (s *shard) apply(ev *event) {
 		c = &courier{name: string(name), latest: ev.ts, epoch: s.epoch}
 		c.dist.Start(ev.wm)
 		s.put(ev.slot, c)
+		s.changedNow(c)
 	} else {
 		s.save(c)
 		c.latest = max(c.latest, ev.ts)
