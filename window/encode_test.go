@@ -45,7 +45,7 @@ func TestDistance_StateRoundTrip(t *testing.T) {
 			}
 			want := d
 			want.segs, want.marks, want.dense = nil, nil, false // caches: not checkpointed
-			want.Checkpointed()                                  // a restored state is its checkpoint
+			want.Checkpointed()                                 // a restored state is its checkpoint
 			if !reflect.DeepEqual(got, want) {
 				t.Fatalf("seed %d step %d: restored\n%+v\nwant\n%+v", seed, i, got, want)
 			}
