@@ -21,6 +21,15 @@
 // one, never a partial file under a checkpoint name. After a successful
 // Write the directory keeps the newest Keep checkpoints and deletes older ones.
 //
+// An incremental checkpoint (WriteDelta) is a file of the same layout,
+// delta-<tag>-<base>.ckpt, holding what changed since the checkpoint of
+// base (whole or incremental). Load returns the newest whole checkpoint
+// that checks out with the chain of deltas that build on it, up to the
+// first that is missing or damaged: the caller restores the last good
+// one and replays the log after it. Pruning removes the deltas at or
+// before the oldest whole checkpoint kept, which no chain Load can reach
+// needs.
+//
 // Load returns the newest checkpoint that checks out. A newest file that is
 // truncated or fails its CRC (a disk fault: the write path cannot produce
 // one) is skipped with a report and the previous one is used; the caller
@@ -69,8 +78,10 @@ const (
 	headerSize = len(magic) + 4 + 8 + 8
 	trailer    = 4
 	prefix     = "checkpoint-"
-	suffix     = ".ckpt"
-	tmpSuffix  = ".tmp"
+	// deltaPrefix names incremental checkpoints.
+	deltaPrefix = "delta-"
+	suffix      = ".ckpt"
+	tmpSuffix   = ".tmp"
 	// corruptSuffix is appended to a checkpoint that failed its check.
 	corruptSuffix = ".corrupt"
 	// maxSnapshot bounds what Read allocates for a length field: a flipped
@@ -99,6 +110,17 @@ type Checkpoint struct {
 	Path string
 	// Size is the file's size in bytes.
 	Size int64
+	// Deltas are the incremental checkpoints that build on this one, in
+	// order, each on the one before (Load's only).
+	Deltas []Checkpoint
+}
+
+// Last is the tag the checkpoint and its deltas reflect.
+func (c Checkpoint) Last() uint64 {
+	if n := len(c.Deltas); n > 0 {
+		return c.Deltas[n-1].Tag
+	}
+	return c.Tag
 }
 
 // Dir is a directory of checkpoints. Its methods are not safe for
@@ -147,7 +169,7 @@ func Open(dir string, keep int) (*Dir, error) {
 		return nil, fmt.Errorf("read checkpoint dir %s: %w", dir, err)
 	}
 	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), prefix) && strings.HasSuffix(e.Name(), tmpSuffix) {
+		if (strings.HasPrefix(e.Name(), prefix) || strings.HasPrefix(e.Name(), deltaPrefix)) && strings.HasSuffix(e.Name(), tmpSuffix) {
 			p := filepath.Join(dir, e.Name())
 			if err := os.Remove(p); err != nil {
 				return nil, fmt.Errorf("remove stale %s: %w", p, err)
@@ -166,6 +188,12 @@ func (s *Dir) Path() string { return s.dir }
 
 func (s *Dir) path(tag uint64) string {
 	return filepath.Join(s.dir, fmt.Sprintf("%s%020d%s", prefix, tag, suffix))
+}
+
+// deltaPath is an incremental checkpoint's file: delta-TAG-BASE.ckpt,
+// BASE the tag of the checkpoint it builds on.
+func (s *Dir) deltaPath(tag, base uint64) string {
+	return filepath.Join(s.dir, fmt.Sprintf("%s%020d-%020d%s", deltaPrefix, tag, base, suffix))
 }
 
 // Encode returns the file bytes of a checkpoint of snapshot at tag.
@@ -230,7 +258,22 @@ func Read(path string) (Checkpoint, error) {
 // checkpoints as they were and is returned naming the path. The returned
 // Checkpoint has no Snapshot: the caller holds it.
 func (s *Dir) Write(tag uint64, parts ...[]byte) (Checkpoint, error) {
-	final := s.path(tag)
+	c, err := s.write(s.path(tag), tag, parts)
+	if err != nil {
+		return c, err
+	}
+	s.good[tag] = true
+	return c, s.prune()
+}
+
+// WriteDelta stores an incremental checkpoint of tag that builds on the
+// checkpoint of base (a whole one, or another delta), as Write does. It
+// prunes nothing: the whole checkpoints it builds on are Write's to prune.
+func (s *Dir) WriteDelta(base, tag uint64, parts ...[]byte) (Checkpoint, error) {
+	return s.write(s.deltaPath(tag, base), tag, parts)
+}
+
+func (s *Dir) write(final string, tag uint64, parts [][]byte) (Checkpoint, error) {
 	tmp := final + tmpSuffix
 	n, err := writeSync(tmp, tag, parts)
 	if err != nil {
@@ -247,10 +290,6 @@ func (s *Dir) Write(tag uint64, parts ...[]byte) (Checkpoint, error) {
 		return Checkpoint{}, fmt.Errorf("rename %s to %s: %w", tmp, final, err)
 	}
 	if err := syncDir(s.dir); err != nil {
-		return Checkpoint{}, err
-	}
-	s.good[tag] = true
-	if err := s.prune(); err != nil {
 		return Checkpoint{}, err
 	}
 	return Checkpoint{Tag: tag, Path: final, Size: n}, nil
@@ -338,6 +377,34 @@ func (s *Dir) tags() ([]uint64, error) {
 	return tags, nil
 }
 
+// deltaFile is an incremental checkpoint's file.
+type deltaFile struct {
+	tag, base uint64
+}
+
+// deltas lists the incremental checkpoints present.
+func (s *Dir) deltas() ([]deltaFile, error) {
+	ents, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, fmt.Errorf("read checkpoint dir %s: %w", s.dir, err)
+	}
+	var ds []deltaFile
+	for _, e := range ents {
+		n := e.Name()
+		if !e.Type().IsRegular() || !strings.HasPrefix(n, deltaPrefix) || !strings.HasSuffix(n, suffix) {
+			continue
+		}
+		ts, bs, ok := strings.Cut(strings.TrimSuffix(strings.TrimPrefix(n, deltaPrefix), suffix), "-")
+		t, err1 := strconv.ParseUint(ts, 10, 64)
+		b, err2 := strconv.ParseUint(bs, 10, 64)
+		if !ok || err1 != nil || err2 != nil || t <= b {
+			continue // not one of ours
+		}
+		ds = append(ds, deltaFile{tag: t, base: b})
+	}
+	return ds, nil
+}
+
 // prune keeps the newest keep good checkpoints and deletes the older ones.
 // A checkpoint not known good is checked first: a corrupt one is moved
 // aside and does not count, so it never stands in for a good fallback. A
@@ -373,6 +440,22 @@ func (s *Dir) prune() error {
 		}
 		s.kept = append(s.kept, t)
 	}
+	// A delta at or before the oldest checkpoint kept is on no chain a
+	// Load can reach.
+	if len(s.kept) > 0 {
+		oldest := s.kept[len(s.kept)-1]
+		ds, err := s.deltas()
+		if err != nil {
+			return err
+		}
+		for _, d := range ds {
+			if d.tag <= oldest {
+				if err := os.Remove(s.deltaPath(d.tag, d.base)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+					return fmt.Errorf("remove old incremental checkpoint: %w", err)
+				}
+			}
+		}
+	}
 	return syncDir(s.dir)
 }
 
@@ -401,6 +484,39 @@ func (s *Dir) moveAside(path string) error {
 	return nil
 }
 
+// chain reads the incremental checkpoints that build on the checkpoint of
+// tag, each on the one before, up to the first that is missing or does
+// not check out (reported in skipped): the state is restored from the
+// last good one, and the log replayed after it.
+func (s *Dir) chain(tag uint64, skipped []error) ([]Checkpoint, []error, error) {
+	ds, err := s.deltas()
+	if err != nil {
+		return nil, skipped, err
+	}
+	next := map[uint64]deltaFile{}
+	for _, d := range ds {
+		if old, dup := next[d.base]; !dup || d.tag > old.tag {
+			next[d.base] = d
+		}
+	}
+	var chain []Checkpoint
+	for {
+		d, ok := next[tag]
+		if !ok {
+			return chain, skipped, nil
+		}
+		c, err := Read(s.deltaPath(d.tag, d.base))
+		if err == nil && c.Tag != d.tag {
+			err = fmt.Errorf("checkpoint %s: %w: holds tag %d, its name says %d", c.Path, ErrCorrupt, c.Tag, d.tag)
+		}
+		if err != nil {
+			return chain, append(skipped, fmt.Errorf("incremental checkpoint after %d: %w", tag, err)), nil
+		}
+		chain = append(chain, c)
+		tag = d.tag
+	}
+}
+
 // Load returns the newest checkpoint that checks out, and ok false when
 // there is none (a fresh state directory). skipped describes each newer
 // file that was corrupt and passed over, for the caller to log. A file of
@@ -420,7 +536,8 @@ func (s *Dir) Load() (c Checkpoint, ok bool, skipped []error, err error) {
 				continue
 			}
 			s.good[t] = true
-			return c, true, skipped, nil
+			c.Deltas, skipped, err = s.chain(t, skipped)
+			return c, true, skipped, err
 		case errors.Is(err, ErrVersion):
 			return Checkpoint{}, false, skipped, fmt.Errorf("%w; move the state directory aside to start empty, or run the edgeproc version that wrote it", err)
 		default:

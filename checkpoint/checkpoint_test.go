@@ -385,3 +385,75 @@ func BenchmarkWrite(b *testing.B) {
 		mustWrite(b, s, uint64(i+1), snap)
 	}
 }
+
+// TestDir_DeltaChains: Load returns the newest good checkpoint with the
+// chain of incremental ones that build on it, stopping before a damaged
+// one (reported) so that the log is replayed from the last good one;
+// pruning keeps every delta a kept checkpoint's chain needs and removes
+// the others.
+func TestDir_DeltaChains(t *testing.T) {
+	s := mustStore(t)
+	delta := func(base, tag uint64) {
+		t.Helper()
+		if _, err := s.WriteDelta(base, tag, []byte(fmt.Sprintf("d%d", tag))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	load := func() (Checkpoint, []error) {
+		t.Helper()
+		c, ok, skipped, err := s.Load()
+		if err != nil || !ok {
+			t.Fatalf("Load: %v, ok %v", err, ok)
+		}
+		return c, skipped
+	}
+	chain := func(c Checkpoint) string {
+		out := fmt.Sprint(c.Tag, ":", string(c.Snapshot))
+		for _, d := range c.Deltas {
+			out += fmt.Sprint(" ", d.Tag, ":", string(d.Snapshot))
+		}
+		return out
+	}
+	mustWrite(t, s, 10, []byte("w10"))
+	delta(10, 20)
+	delta(20, 30)
+	delta(5, 7) // on nothing kept: not on the chain
+	if c, skipped := load(); chain(c) != "10:w10 20:d20 30:d30" || c.Last() != 30 || len(skipped) != 0 {
+		t.Fatalf("chain %q last %d skipped %v", chain(c), c.Last(), skipped)
+	}
+	// A damaged delta ends the chain before it.
+	p := s.deltaPath(30, 20)
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-6] ^= 0xff
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if c, skipped := load(); chain(c) != "10:w10 20:d20" || len(skipped) != 1 || !errors.Is(skipped[0], ErrCorrupt) {
+		t.Fatalf("with delta 30 damaged: chain %q, skipped %v", chain(c), skipped)
+	}
+	// A new whole checkpoint starts a new chain; the previous one stays
+	// for a fallback, and goes with its whole one.
+	mustWrite(t, s, 40, []byte("w40"))
+	delta(40, 50)
+	if c, _ := load(); chain(c) != "40:w40 50:d50" {
+		t.Fatalf("chain %q", chain(c))
+	}
+	if got, want := strings.Join(files(t, s.Path()), " "), "checkpoint-00000000000000000010.ckpt checkpoint-00000000000000000040.ckpt delta-00000000000000000020-00000000000000000010.ckpt delta-00000000000000000030-00000000000000000020.ckpt delta-00000000000000000050-00000000000000000040.ckpt"; got != want {
+		t.Fatalf("files\n%s\nwant\n%s", got, want)
+	}
+	mustWrite(t, s, 60, []byte("w60"))
+	if got, want := strings.Join(files(t, s.Path()), " "), "checkpoint-00000000000000000040.ckpt checkpoint-00000000000000000060.ckpt delta-00000000000000000050-00000000000000000040.ckpt"; got != want {
+		t.Fatalf("after pruning:\n%s\nwant\n%s", got, want)
+	}
+	// The newest whole one damaged: the previous one and its chain.
+	p = s.path(60)
+	b, _ = os.ReadFile(p)
+	b[len(b)-6] ^= 0xff
+	_ = os.WriteFile(p, b, 0o600)
+	if c, skipped := load(); chain(c) != "40:w40 50:d50" || len(skipped) != 1 {
+		t.Fatalf("with 60 damaged: chain %q, skipped %v", chain(c), skipped)
+	}
+}

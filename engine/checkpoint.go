@@ -432,7 +432,11 @@ func Recover(ctx context.Context, cfg Config, sink Sink, store checkpoint.Store)
 	if !ok {
 		return New(cfg, sink), 0, nil
 	}
-	eng, tag, err := Restore(cfg, sink, p.Snapshot)
+	snap, err := Merge(cfg, p.Snapshot, p.Deltas...)
+	if err != nil {
+		return nil, 0, fmt.Errorf("restore %s: %w", p.Name, err)
+	}
+	eng, tag, err := Restore(cfg, sink, snap)
 	if err != nil {
 		return nil, 0, fmt.Errorf("restore %s: %w", p.Name, err)
 	}

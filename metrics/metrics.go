@@ -77,6 +77,9 @@ type Durability struct {
 	// checkpoints written, failed (flush or write error) and not started
 	// because the previous one was still in progress.
 	Checkpoints, CheckpointFailures, CheckpointsSkipped uint64
+	// CheckpointsIncremental counts those of Checkpoints that wrote only
+	// what changed since the previous one.
+	CheckpointsIncremental uint64
 	// WALBytes is the size of the write-ahead log's segment files.
 	WALBytes int64
 	// WALRepairs counts torn or corrupt tails cut at start.
@@ -98,6 +101,7 @@ type Durability struct {
 func (d *Durability) SetCheckpoints(s checkpoint.Stats) {
 	d.LastCheckpoint, d.CheckpointDuration, d.CheckpointBytes = s.Last, s.Duration, s.Bytes
 	d.Checkpoints, d.CheckpointFailures, d.CheckpointsSkipped = s.Written, s.Failed, s.Skipped
+	d.CheckpointsIncremental = s.Deltas
 }
 
 // Market is one market as the Collector sees it.
@@ -179,6 +183,7 @@ var (
 	dCkpts       = desc("checkpoints_total", "Checkpoints written.")
 	dCkptFail    = desc("checkpoint_failures_total", "Checkpoints abandoned on a JetStream flush or write error.")
 	dCkptSkip    = desc("checkpoints_skipped_total", "Checkpoints not started because the previous one was still in progress.")
+	dCkptIncr    = desc("checkpoints_incremental_total", "Checkpoints that wrote only what changed since the previous one (of checkpoints_total).")
 	dWALBytes    = desc("wal_size_bytes", "Size of the write-ahead log's segment files.")
 	dWALRepairs  = desc("wal_repairs_total", "Torn or corrupt write-ahead-log tails cut at start.")
 	dWALStalled  = desc("wal_stalled", "1 while the write-ahead log waits for disk space: nothing is acknowledged.")
@@ -208,7 +213,7 @@ var allDescs = []*prometheus.Desc{
 	dReceived, dAccepted, dRejected, dDuplicates, dLate, dMissed, dRevisions, dRecovered, dResults, dCouriers, dEvicted, dWatermark, dLag, dQueue, dQueueCap, dInFlight, dInFlightMx,
 	dPublished, dAcked, dBDup, dBErrors, dBRetries, dPending, dKVWrites, dKVErrors, dKVRefused, dKVEvicted, dRecreated, dNATSUp, dStreamUp,
 	dMQTTUp, dMQTTRecv, dMQTTRedel, dMQTTOut, dMQTTReconn, dMQTTLost, dReady, dFailed,
-	dCkptAge, dCkptDur, dCkptBytes, dCkpts, dCkptFail, dCkptSkip, dWALBytes, dWALRepairs, dWALStalled, dWALStalls, dWALFsync, dReplayed, dRecoveryDur,
+	dCkptAge, dCkptDur, dCkptBytes, dCkpts, dCkptFail, dCkptSkip, dCkptIncr, dWALBytes, dWALRepairs, dWALStalled, dWALStalls, dWALFsync, dReplayed, dRecoveryDur,
 	dLatency, dBuildInfo,
 }
 
@@ -303,6 +308,7 @@ func (c *Collector) collect(ch chan<- prometheus.Metric, name string, s Snapshot
 		counter(dCkpts, float64(d.Checkpoints))
 		counter(dCkptFail, float64(d.CheckpointFailures))
 		counter(dCkptSkip, float64(d.CheckpointsSkipped))
+		counter(dCkptIncr, float64(d.CheckpointsIncremental))
 		gauge(dWALBytes, float64(d.WALBytes))
 		counter(dWALRepairs, float64(d.WALRepairs))
 		gauge(dWALStalled, bool01(d.WALStalled))

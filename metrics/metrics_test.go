@@ -158,7 +158,7 @@ func TestCollector_Durability(t *testing.T) {
 	m := metrics.Market{Name: "girona", Snapshot: func() metrics.Snapshot {
 		return metrics.Snapshot{HasDurability: true, Durability: metrics.Durability{
 			LastCheckpoint: now.Add(-1500 * time.Millisecond), CheckpointDuration: 250 * time.Millisecond,
-			CheckpointBytes: 4096, Checkpoints: 3, CheckpointFailures: 1, CheckpointsSkipped: 2,
+			CheckpointBytes: 4096, Checkpoints: 3, CheckpointFailures: 1, CheckpointsSkipped: 2, CheckpointsIncremental: 2,
 			WALBytes: 1 << 20, WALRepairs: 1, Fsync: h.Snapshot(), Replayed: 77, RecoveryDuration: 2 * time.Second,
 		}}
 	}}
@@ -174,6 +174,7 @@ func TestCollector_Durability(t *testing.T) {
 		{"edgeproc_checkpoint_duration_seconds{market=girona}", 0.25},
 		{"edgeproc_checkpoint_size_bytes{market=girona}", 4096},
 		{"edgeproc_checkpoints_total{market=girona}", 3},
+		{"edgeproc_checkpoints_incremental_total{market=girona}", 2},
 		{"edgeproc_checkpoint_failures_total{market=girona}", 1},
 		{"edgeproc_checkpoints_skipped_total{market=girona}", 2},
 		{"edgeproc_wal_size_bytes{market=girona}", 1 << 20},

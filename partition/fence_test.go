@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/km0/edgeproc/checkpoint"
 	"github.com/km0/edgeproc/internal/testenv"
 )
 
@@ -32,7 +33,7 @@ func TestClaim_FencesFormerOwner(t *testing.T) {
 	if a.epoch != 1 || b.epoch != 2 {
 		t.Fatalf("epochs %d, %d; want 1, 2", a.epoch, b.epoch)
 	}
-	if err := a.ckpt.Save(ctx, 7, [][]byte{[]byte("stale")}, time.Now()); !errors.Is(err, errFenced) || !a.fenced.Load() {
+	if err := a.ckpt.Save(ctx, checkpoint.Plan{}, 7, [][]byte{[]byte("stale")}, time.Now()); !errors.Is(err, errFenced) || !a.fenced.Load() {
 		t.Fatalf("former owner's checkpoint: err %v, fenced %v; want errFenced and fenced", err, a.fenced.Load())
 	}
 	done := make(chan struct{})

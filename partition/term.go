@@ -365,17 +365,18 @@ func (t *term) sink(rs []result.Record) {
 // set, is called once it is recorded or given up. It reports false when a
 // checkpoint is still in progress.
 func (t *term) checkpoint(after func()) bool {
-	if !t.ckpt.Begin() {
+	plan, ok := t.ckpt.Begin()
+	if !ok {
 		return false
 	}
 	seq, start := t.last, time.Now()
-	t.eng.Checkpoint(seq, func(snap [][]byte) {
+	t.eng.CheckpointAs(plan, seq, func(snap [][]byte) {
 		if after != nil {
 			defer after()
 		}
 		ctx, cancel := context.WithTimeout(t.pubCtx, opTimeout)
 		defer cancel()
-		if err := t.ckpt.Save(ctx, seq, snap, start); err != nil && !errors.Is(err, errFenced) {
+		if err := t.ckpt.Save(ctx, plan, seq, snap, start); err != nil && !errors.Is(err, errFenced) {
 			t.p.r.log.Warn("checkpoint not recorded", "partition", t.p.n, "seq", seq, "err", err)
 		}
 	})

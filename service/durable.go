@@ -30,6 +30,7 @@ const (
 // ckptJob is a snapshot handed from the engine's merger to the
 // checkpointer.
 type ckptJob struct {
+	plan  checkpoint.Plan
 	tag   uint64
 	snap  [][]byte  // its parts (see engine.Checkpoint)
 	start time.Time // when the barrier was sent
@@ -78,14 +79,29 @@ type localStore struct {
 	log *slog.Logger
 }
 
-// Load returns the newest checkpoint that checks out, logging each newer
-// one that was damaged and passed over.
+// Load returns the newest checkpoint that checks out with the
+// incremental ones that build on it, logging each newer one that was
+// damaged and passed over.
 func (s *localStore) Load(context.Context) (checkpoint.Point, bool, error) {
 	c, ok, skipped, err := s.dir.Load()
 	for _, e := range skipped {
 		s.log.Warn("skipping a damaged checkpoint; falling back to the previous one", "err", e)
 	}
-	return checkpoint.Point{Tag: c.Tag, Snapshot: c.Snapshot, Name: c.Path}, ok, err
+	p := checkpoint.Point{Tag: c.Last(), Snapshot: c.Snapshot, Name: c.Path}
+	for _, d := range c.Deltas {
+		p.Deltas = append(p.Deltas, d.Snapshot)
+	}
+	if len(p.Deltas) > 0 {
+		p.Name = fmt.Sprintf("%s and %d incremental checkpoints to %d", c.Path, len(p.Deltas), p.Tag)
+	}
+	return p, ok, err
+}
+
+// SaveDelta writes an incremental checkpoint. The log is truncated only
+// by Save: up to the oldest whole checkpoint kept, before every delta.
+func (s *localStore) SaveDelta(_ context.Context, base, tag uint64, parts [][]byte) (int64, error) {
+	c, err := s.dir.WriteDelta(base, tag, parts...)
+	return c.Size, err
 }
 
 func (s *localStore) Save(_ context.Context, tag uint64, parts [][]byte) (int64, error) {
@@ -225,20 +241,26 @@ func (m *market) recover(ecfg engine.Config) error {
 // nothing was applied since the last one or one is still being saved.
 // Called by the driver goroutine.
 func (m *market) startCheckpoint(d *driver) {
-	if !d.changed || d.fatal != nil || !m.ckpt.Begin() {
+	if !d.changed || d.fatal != nil {
+		return
+	}
+	plan, ok := m.ckpt.Begin()
+	if !ok {
 		return
 	}
 	d.changed = false
-	job := ckptJob{tag: d.applied, start: time.Now()}
-	m.log.Debug("checkpoint started", "tag", job.tag)
-	d.eng.Checkpoint(job.tag, func(snap [][]byte) {
+	job := ckptJob{plan: plan, tag: d.applied, start: time.Now()}
+	m.log.Debug("checkpoint started", "tag", job.tag, "incremental", plan.Delta)
+	d.eng.CheckpointAs(plan, job.tag, func(snap [][]byte) {
 		job.snap = snap
 		m.ckpt.jobs <- job // never blocks: Begin admits one job at a time
 	})
 }
 
 // snapshotFinal sends the shutdown barrier; the snapshot is in m.ckpt.final
-// once the engine has stopped.
+// once the engine has stopped. It is whole: a periodic checkpoint still
+// being saved when it goes out, which a delta would build on, may never
+// be stored.
 func (m *market) snapshotFinal(d *driver) {
 	if d.applied == m.ckpt.Tag() || d.fatal != nil {
 		return
@@ -256,7 +278,7 @@ func (m *market) checkpointer(ctx context.Context) {
 	for {
 		select {
 		case job := <-m.ckpt.jobs:
-			if err := m.ckpt.Save(ctx, job.tag, job.snap, job.start); err != nil && ctx.Err() == nil {
+			if err := m.ckpt.Save(ctx, job.plan, job.tag, job.snap, job.start); err != nil && ctx.Err() == nil {
 				m.log.Error("checkpoint failed; the write-ahead log keeps everything since the previous one", "tag", job.tag, "err", err)
 			} else if err == nil {
 				m.log.Debug("checkpoint written", "tag", job.tag, "took", time.Since(job.start).Round(time.Microsecond))
@@ -275,7 +297,7 @@ func (m *market) finalCheckpoint(ctx context.Context) {
 	if job == nil {
 		return
 	}
-	if err := m.ckpt.Save(ctx, job.tag, job.snap, job.start); err != nil {
+	if err := m.ckpt.Save(ctx, job.plan, job.tag, job.snap, job.start); err != nil {
 		m.log.Warn("final checkpoint not written; the next start replays the write-ahead log", "tag", job.tag, "err", err)
 		return
 	}
