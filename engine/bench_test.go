@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"fmt"
 	"runtime"
 	"syscall"
@@ -211,5 +212,76 @@ func BenchmarkEngineArea(b *testing.B) {
 				b.ReportMetric(float64(c.area.Len()), "cells")
 			}
 		})
+	}
+}
+
+// BenchmarkCheckpointDelta is a city at the courier limit: 200 000
+// couriers tracked, of which 25 000 send a fix every 5 s (the others sent
+// one 30 minutes before and are idle). After 15 minutes the windows are
+// full; then every 10 s of fixes (a checkpoint interval) is followed by an
+// incremental checkpoint. It reports a whole checkpoint's bytes, the
+// deltas' bytes per interval, their ratio, and how long the recovery of
+// the whole one and 6 deltas takes (Merge, then Restore).
+func BenchmarkCheckpointDelta(b *testing.B) {
+	const (
+		idle, active = 175_000, 25_000
+		every        = 5_000 // ms between two fixes of an active courier
+		interval     = 10_000
+	)
+	for b.Loop() {
+		cfg := benchConfig(2)
+		e := New(cfg, func([]result.Record) {})
+		t0 := int64(1_767_225_600_000)
+		var in Input
+		push := func(courier int, ts int64) {
+			lat := 41.9 + float64(courier%500)*0.001 + float64(ts-t0)/1e9
+			lon := 2.8 + float64(courier/500)*0.001
+			in.Payload = fmt.Appendf(in.Payload[:0], `{"courier":"c%06d","lat":%.6f,"lon":%.6f,"timestamp_ms":%d,"accuracy_m":8}`, courier, lat, lon, ts)
+			in.Arrival, in.HasArrival = ts+300, true
+			e.Push(&in)
+		}
+		for c := range idle {
+			push(active+c, t0+int64(c%1000))
+		}
+		now := t0 + 30*60_000
+		run := func(from, to int64) { // every active courier's fixes in [from, to)
+			for ts := from; ts < to; ts += 100 {
+				for c := int((ts / 100) % (every / 100)); c < active; c += every / 100 {
+					push(c, ts)
+				}
+			}
+		}
+		run(now-15*60_000, now)
+		snaps := make(chan []byte, 1)
+		keep := func(s [][]byte) { snaps <- bytes.Join(s, nil) }
+		e.Checkpoint(1, keep)
+		whole := <-snaps
+		var deltas [][]byte
+		deltaBytes := 0
+		for i := range 6 {
+			run(now+int64(i)*interval, now+int64(i+1)*interval)
+			e.CheckpointDelta(uint64(i+1), uint64(i+2), keep)
+			d := <-snaps
+			deltas = append(deltas, d)
+			deltaBytes += len(d)
+		}
+		tracked := e.Stats().Couriers
+		e.Stop()
+		start := time.Now()
+		merged, err := Merge(cfg, whole, deltas...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		r, _, err := Restore(cfg, func([]result.Record) {}, merged)
+		if err != nil {
+			b.Fatal(err)
+		}
+		took := time.Since(start)
+		r.Stop()
+		b.ReportMetric(float64(tracked), "couriers")
+		b.ReportMetric(float64(len(whole))/1e6, "whole-MB")
+		b.ReportMetric(float64(deltaBytes)/6/1e6, "delta-MB/interval")
+		b.ReportMetric(float64(deltaBytes)/6/float64(len(whole)), "delta/whole")
+		b.ReportMetric(float64(took.Milliseconds()), "recover-ms")
 	}
 }
