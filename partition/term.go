@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -34,10 +35,20 @@ type record struct {
 	Seq uint64 `json:"seq"`
 	// Object names the snapshot in the object store; empty with Seq 0.
 	Object string `json:"object,omitempty"`
-	Epoch  uint64 `json:"epoch"`
-	Owner  string `json:"owner"`
-	Pin    string `json:"pin"`
-	AtMs   int64  `json:"at_ms"` // wall clock of the write, for operators
+	// Deltas are the incremental snapshots that build on Object, in
+	// order, the last one at Seq; WholeSeq is then Object's sequence.
+	Deltas   []deltaRef `json:"deltas,omitempty"`
+	WholeSeq uint64     `json:"whole_seq,omitempty"`
+	Epoch    uint64     `json:"epoch"`
+	Owner    string     `json:"owner"`
+	Pin      string     `json:"pin"`
+	AtMs     int64      `json:"at_ms"` // wall clock of the write, for operators
+}
+
+// deltaRef is an incremental snapshot in the object store.
+type deltaRef struct {
+	Object string `json:"object"`
+	Seq    uint64 `json:"seq"`
 }
 
 // term is one instance's ownership of one partition, from the claim to
@@ -54,11 +65,13 @@ type term struct {
 	consSeq   uint64 // consumer sequence of the last delivery seen; 0: none yet
 	prevFirst bool   // the last delivery seen was a first delivery
 
-	rev    atomic.Uint64            // checkpoint record revision this term wrote last
-	object string                   // snapshot of that record; written by the checkpoint callback only
-	ckpt   *checkpoint.Checkpointer // over the term itself as its Saver
-	fenced atomic.Bool
-	lease  atomic.Int64 // unix ns after which this term must not publish
+	rev      atomic.Uint64            // checkpoint record revision this term wrote last
+	object   string                   // snapshot of that record; written by the checkpoint callback only
+	deltas   []deltaRef               // that record's deltas; as object
+	wholeSeq uint64                   // object's sequence while there are deltas; as object
+	ckpt     *checkpoint.Checkpointer // over the term itself as its Saver
+	fenced   atomic.Bool
+	lease    atomic.Int64 // unix ns after which this term must not publish
 
 	pubCtx    context.Context // ends when the term is fenced
 	cancelPub context.CancelFunc
@@ -123,7 +136,7 @@ func (t *term) Load(ctx context.Context) (checkpoint.Point, bool, error) {
 		if err != nil {
 			return checkpoint.Point{}, false, fmt.Errorf("claim checkpoint record %s: %w", p.key, err)
 		}
-		t.epoch, t.object = rec.Epoch, rec.Object
+		t.epoch, t.object, t.deltas, t.wholeSeq = rec.Epoch, rec.Object, rec.Deltas, rec.WholeSeq
 		t.rev.Store(newRev)
 		if rec.Object == "" {
 			return checkpoint.Point{}, false, nil
@@ -132,7 +145,24 @@ func (t *term) Load(ctx context.Context) (checkpoint.Point, bool, error) {
 		if err != nil {
 			return checkpoint.Point{}, false, fmt.Errorf("read snapshot %s: %w", rec.Object, err)
 		}
-		return checkpoint.Point{Tag: rec.Seq, Snapshot: snap, Name: rec.Object}, true, nil
+		pt := checkpoint.Point{Tag: rec.Seq, Snapshot: snap, Name: rec.Object}
+		if len(rec.Deltas) > 0 {
+			pt.Tag = rec.WholeSeq
+		}
+		for _, d := range rec.Deltas {
+			b, err := r.obs.GetBytes(ctx, d.Object)
+			if err != nil {
+				// The stream holds what came after: the chain ends before it.
+				r.log.Warn("incremental snapshot unreadable; restoring the ones before it and reading the stream from there",
+					"partition", p.n, "snapshot", d.Object, "err", err)
+				break
+			}
+			pt.Deltas, pt.Tag = append(pt.Deltas, b), d.Seq
+		}
+		if len(pt.Deltas) > 0 {
+			pt.Name = fmt.Sprintf("%s and %d incremental snapshots to %d", rec.Object, len(pt.Deltas), pt.Tag)
+		}
+		return pt, true, nil
 	}
 }
 
@@ -413,7 +443,45 @@ func (t *term) Save(ctx context.Context, seq uint64, snap [][]byte) (int64, erro
 	if old := t.object; old != "" && old != name {
 		_ = p.r.obs.Delete(ctx, old)
 	}
-	t.object = name
+	for _, d := range t.deltas {
+		_ = p.r.obs.Delete(ctx, d.Object)
+	}
+	t.object, t.deltas = name, nil
+	return int64(info.Size), nil
+}
+
+// SaveDelta stores an incremental snapshot as an object and adds it to
+// the checkpoint record's chain, by compare-and-set as Save does. The
+// whole snapshot it builds on and the deltas before stay until the next
+// whole one.
+func (t *term) SaveDelta(ctx context.Context, base, seq uint64, snap [][]byte) (int64, error) {
+	p := t.p
+	if t.fenced.Load() {
+		return 0, errFenced
+	}
+	name := fmt.Sprintf("%s-e%d-s%d-delta", p.key, t.epoch, seq)
+	info, err := p.r.obs.Put(ctx, jetstream.ObjectMeta{Name: name}, parts(snap))
+	if err != nil {
+		return 0, fmt.Errorf("store incremental snapshot %s: %w", name, err)
+	}
+	chain := append(slices.Clone(t.deltas), deltaRef{Object: name, Seq: seq})
+	whole := base
+	if len(t.deltas) > 0 {
+		whole = t.wholeSeq
+	}
+	val, _ := json.Marshal(record{Seq: seq, Object: t.object, Deltas: chain, WholeSeq: whole, Epoch: t.epoch, Owner: p.r.inst, Pin: t.pin, AtMs: time.Now().UnixMilli()})
+	rev, err := p.r.kv.Update(ctx, p.key, val, t.rev.Load())
+	if err != nil {
+		_ = p.r.obs.Delete(ctx, name)
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			t.fence()
+			return 0, errFenced
+		}
+		return 0, fmt.Errorf("update checkpoint record %s: %w", p.key, err)
+	}
+	t.rev.Store(rev)
+	p.ckptSeq.Store(seq)
+	t.deltas, t.wholeSeq = chain, whole
 	return int64(info.Size), nil
 }
 
