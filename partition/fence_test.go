@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -120,4 +121,72 @@ func TestPausedOwner_IsFenced(t *testing.T) {
 	b.Stop()
 	a.Stop()
 	equalsReplay(t, ns.URL(), cfg)
+}
+
+// TestClaim_RestoresTheDeltaChain: an owner records a whole snapshot,
+// then incremental ones on it; the checkpoint record lists the chain, and
+// the next owner restores it to the last delta's sequence with every
+// courier. A whole snapshot then deletes the chain's objects.
+func TestClaim_RestoresTheDeltaChain(t *testing.T) {
+	r, _, ctx := setUpRunner(t, 1)
+	p := r.parts[0]
+	a, err := p.claim(ctx, "pin-a", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.eng.Stop()
+	seq, ts := uint64(0), time.Now().Add(-time.Hour)
+	feed := func(n int) {
+		for range n {
+			seq++
+			ts = ts.Add(time.Second)
+			c := fmt.Sprintf("c%d", seq%7)
+			a.apply("part.girona.0."+c, nil, fmt.Appendf(nil, `{"courier":%q,"lat":41.98,"lon":%f,"timestamp_ms":%d}`, c, 2.82+float64(seq)*1e-4, ts.UnixMilli()), seq, ts)
+		}
+	}
+	record := func() record {
+		t.Helper()
+		done := make(chan struct{})
+		if !a.checkpoint(func() { close(done) }) {
+			t.Fatal("checkpoint not started")
+		}
+		<-done
+		e, err := r.kv.Get(ctx, p.key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rec record
+		if err := json.Unmarshal(e.Value(), &rec); err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+	feed(50)
+	whole := record()
+	feed(20)
+	record()
+	feed(20)
+	rec := record()
+	if len(rec.Deltas) != 2 || rec.Object != whole.Object || rec.WholeSeq != 50 || rec.Seq != 90 || rec.Deltas[1].Seq != 90 {
+		t.Fatalf("record %+v; want the whole snapshot at 50 and deltas to 70 and 90", rec)
+	}
+	b, err := p.claim(ctx, "pin-b", time.Now())
+	if err != nil {
+		t.Fatalf("claim from the chain: %v", err)
+	}
+	defer b.eng.Stop()
+	if b.last != 90 || b.eng.Stats().Couriers != a.eng.Stats().Couriers {
+		t.Fatalf("restored to %d with %d couriers; want 90 and %d", b.last, b.eng.Stats().Couriers, a.eng.Stats().Couriers)
+	}
+	// b's first snapshot is whole and the chain's objects go.
+	done := make(chan struct{})
+	if !b.checkpoint(func() { close(done) }) {
+		t.Fatal("checkpoint not started")
+	}
+	<-done
+	for _, name := range []string{rec.Object, rec.Deltas[0].Object, rec.Deltas[1].Object} {
+		if _, err := r.obs.GetInfo(ctx, name); err == nil {
+			t.Errorf("object %s still stored after a whole snapshot", name)
+		}
+	}
 }
