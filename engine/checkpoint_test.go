@@ -51,36 +51,43 @@ func smallFleet(seed int64) []Input {
 	return ins
 }
 
+// seedConfig is the configuration of seed 1 to 8 of the checkpoint
+// tests: odd seeds with a full table (15 places for 25 couriers) and the
+// shortest restore_ttl, so that tracking, forgetting and eviction carry
+// across a checkpoint; seeds 5 and 6 with 2 minutes of allowed lateness;
+// seeds 7 and 8 with dead zones over 5-minute windows (8 with at most 2
+// cells a window, and Girona's service area).
+func seedConfig(t *testing.T, seed int64) Config {
+	cfg := benchConfig(2)
+	cfg.IdleTimeout = 20_000
+	if seed%2 == 1 {
+		cfg.MaxCouriers, cfg.RestoreTTL = 15, cfg.Size
+	}
+	if seed > 6 {
+		cfg.DeadZoneWindow, cfg.DeadZoneResolution = 300_000, 8
+		if seed == 8 {
+			cfg.DeadZoneCells = 2
+			cfg.Area = gironaArea(t)
+		}
+	}
+	if seed > 4 && seed <= 6 {
+		cfg.AllowedLateness = 120_000
+		cfg.RestoreTTL = max(cfg.RestoreTTL, cfg.Size+cfg.AllowedLateness)
+	}
+	return cfg
+}
+
 // TestCheckpoint_RestoreContinuesExactly cuts a run at random inputs,
 // checkpoints, restores under another shard count, and requires the joined
-// output to be byte-identical to an uninterrupted run. Odd seeds run with
-// a full table (15 places for 25 couriers) and the shortest restore_ttl,
-// so that tracking, forgetting and eviction carry across the restore.
-//
-// Seeds 5 and 6 allow 2 minutes of lateness: retained windows and their
-// revision numbers carry across the restore too. Seeds 7 and 8 count dead
-// zones over 5-minute windows (8 with at most 2 cells a window, and
-// Girona's service area): their warnings, restores and open silences,
-// and each courier's side of the area, carry across.
+// output to be byte-identical to an uninterrupted run, under each of
+// seedConfig's configurations: tracking, forgetting and eviction, retained
+// windows and their revision numbers, dead zones' warnings, restores and
+// open silences, and each courier's side of the service area carry across
+// the restore.
 func TestCheckpoint_RestoreContinuesExactly(t *testing.T) {
 	for seed := int64(1); seed <= 8; seed++ {
 		ins := smallFleet(seed)
-		cfg := benchConfig(2)
-		cfg.IdleTimeout = 20_000
-		if seed%2 == 1 {
-			cfg.MaxCouriers, cfg.RestoreTTL = 15, cfg.Size
-		}
-		if seed > 6 {
-			cfg.DeadZoneWindow, cfg.DeadZoneResolution = 300_000, 8
-			if seed == 8 {
-				cfg.DeadZoneCells = 2
-				cfg.Area = gironaArea(t)
-			}
-		}
-		if seed > 4 && seed <= 6 {
-			cfg.AllowedLateness = 120_000
-			cfg.RestoreTTL = max(cfg.RestoreTTL, cfg.Size+cfg.AllowedLateness)
-		}
+		cfg := seedConfig(t, seed)
 		want := runAll(cfg, ins)
 		if revised := bytes.Contains(want, []byte(`"revision":`)); revised != (cfg.AllowedLateness > 0) {
 			t.Fatalf("seed %d: revisions in the output %v, allowed lateness %d", seed, revised, cfg.AllowedLateness)

@@ -40,9 +40,9 @@ func equalSnapshots(t *testing.T, cfg Config, what string, got, want []byte) {
 // random inputs, some while intake goes on (copy-on-write), some
 // immediately followed by a whole one at the same barrier; every such
 // whole one must equal the first whole snapshot merged with every delta
-// since, courier for courier. The configurations are
-// TestCheckpoint_RestoreContinuesExactly's: a full courier table with
-// forgetting, allowed lateness, dead zones and the service area. The
+// since, courier for courier. The configurations are seedConfig's: a full
+// courier table with forgetting, allowed lateness, dead zones and the
+// service area. The
 // merged snapshot restores, and the run goes on exactly as an
 // uninterrupted one.
 func TestCheckpointDelta_MergeEqualsWhole(t *testing.T) {
@@ -50,22 +50,7 @@ func TestCheckpointDelta_MergeEqualsWhole(t *testing.T) {
 	snapBatch = 3
 	for seed := int64(1); seed <= 8; seed++ {
 		ins := smallFleet(seed)
-		cfg := benchConfig(2)
-		cfg.IdleTimeout = 20_000
-		if seed%2 == 1 {
-			cfg.MaxCouriers, cfg.RestoreTTL = 15, cfg.Size
-		}
-		if seed > 6 {
-			cfg.DeadZoneWindow, cfg.DeadZoneResolution = 300_000, 8
-			if seed == 8 {
-				cfg.DeadZoneCells = 2
-				cfg.Area = gironaArea(t)
-			}
-		}
-		if seed > 4 && seed <= 6 {
-			cfg.AllowedLateness = 120_000
-			cfg.RestoreTTL = max(cfg.RestoreTTL, cfg.Size+cfg.AllowedLateness)
-		}
+		cfg := seedConfig(t, seed)
 		want := runAll(cfg, ins)
 		r := rand.New(rand.NewPCG(uint64(seed), 5))
 

@@ -42,14 +42,7 @@ func TestClaim_FencesFormerOwner(t *testing.T) {
 		t.Fatal("checkpoint not started")
 	}
 	<-done
-	e, err := r.kv.Get(ctx, p.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rec record
-	if err := json.Unmarshal(e.Value(), &rec); err != nil {
-		t.Fatal(err)
-	}
+	rec := readRecord(t, r, p)
 	if rec.Epoch != 2 || rec.Pin != "pin-b" || rec.Object == "" {
 		t.Fatalf("record %+v; want epoch 2, pin-b, a snapshot", rec)
 	}
@@ -151,15 +144,7 @@ func TestClaim_RestoresTheDeltaChain(t *testing.T) {
 			t.Fatal("checkpoint not started")
 		}
 		<-done
-		e, err := r.kv.Get(ctx, p.key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var rec record
-		if err := json.Unmarshal(e.Value(), &rec); err != nil {
-			t.Fatal(err)
-		}
-		return rec
+		return readRecord(t, r, p)
 	}
 	feed(50)
 	whole := record()
@@ -189,4 +174,18 @@ func TestClaim_RestoresTheDeltaChain(t *testing.T) {
 			t.Errorf("object %s still stored after a whole snapshot", name)
 		}
 	}
+}
+
+// readRecord reads partition p's checkpoint record.
+func readRecord(t *testing.T, r *Runner, p *part) record {
+	t.Helper()
+	e, err := r.kv.Get(context.Background(), p.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec record
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		t.Fatal(err)
+	}
+	return rec
 }

@@ -416,60 +416,57 @@ func (t *term) checkpoint(after func()) bool {
 // Save is the term's checkpoint.Saver: it stores the snapshot as an
 // object, then points the checkpoint record at it by compare-and-set; a
 // revision mismatch means another instance claimed the partition: the
-// term is fenced.
+// term is fenced. The previous snapshot and its deltas go once the record
+// no longer names them.
 func (t *term) Save(ctx context.Context, seq uint64, snap [][]byte) (int64, error) {
-	p := t.p
-	if t.fenced.Load() {
-		return 0, errFenced
-	}
-	name := fmt.Sprintf("%s-e%d-s%d", p.key, t.epoch, seq)
-	info, err := p.r.obs.Put(ctx, jetstream.ObjectMeta{Name: name}, parts(snap))
+	name := fmt.Sprintf("%s-e%d-s%d", t.p.key, t.epoch, seq)
+	n, err := t.record(ctx, name, snap, record{Seq: seq, Object: name})
 	if err != nil {
-		return 0, fmt.Errorf("store snapshot %s: %w", name, err)
+		return 0, err
 	}
-	val, _ := json.Marshal(record{Seq: seq, Object: name, Epoch: t.epoch, Owner: p.r.inst, Pin: t.pin, AtMs: time.Now().UnixMilli()})
-	rev, err := p.r.kv.Update(ctx, p.key, val, t.rev.Load())
-	if err != nil {
-		_ = p.r.obs.Delete(ctx, name)
-		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			t.fence()
-			return 0, errFenced
-		}
-		return 0, fmt.Errorf("update checkpoint record %s: %w", p.key, err)
-	}
-	t.rev.Store(rev)
-	p.ckptSeq.Store(seq)
-	p.r.log.Debug("checkpoint recorded", "partition", p.n, "epoch", t.epoch, "seq", seq, "revision", rev)
 	if old := t.object; old != "" && old != name {
-		_ = p.r.obs.Delete(ctx, old)
+		_ = t.p.r.obs.Delete(ctx, old)
 	}
 	for _, d := range t.deltas {
-		_ = p.r.obs.Delete(ctx, d.Object)
+		_ = t.p.r.obs.Delete(ctx, d.Object)
 	}
 	t.object, t.deltas = name, nil
-	return int64(info.Size), nil
+	return n, nil
 }
 
 // SaveDelta stores an incremental snapshot as an object and adds it to
-// the checkpoint record's chain, by compare-and-set as Save does. The
-// whole snapshot it builds on and the deltas before stay until the next
-// whole one.
+// the checkpoint record's chain, as Save does. The whole snapshot it
+// builds on and the deltas before stay until the next whole one.
 func (t *term) SaveDelta(ctx context.Context, base, seq uint64, snap [][]byte) (int64, error) {
-	p := t.p
-	if t.fenced.Load() {
-		return 0, errFenced
-	}
-	name := fmt.Sprintf("%s-e%d-s%d-delta", p.key, t.epoch, seq)
-	info, err := p.r.obs.Put(ctx, jetstream.ObjectMeta{Name: name}, parts(snap))
-	if err != nil {
-		return 0, fmt.Errorf("store incremental snapshot %s: %w", name, err)
-	}
+	name := fmt.Sprintf("%s-e%d-s%d-delta", t.p.key, t.epoch, seq)
 	chain := append(slices.Clone(t.deltas), deltaRef{Object: name, Seq: seq})
 	whole := base
 	if len(t.deltas) > 0 {
 		whole = t.wholeSeq
 	}
-	val, _ := json.Marshal(record{Seq: seq, Object: t.object, Deltas: chain, WholeSeq: whole, Epoch: t.epoch, Owner: p.r.inst, Pin: t.pin, AtMs: time.Now().UnixMilli()})
+	n, err := t.record(ctx, name, snap, record{Seq: seq, Object: t.object, Deltas: chain, WholeSeq: whole})
+	if err != nil {
+		return 0, err
+	}
+	t.deltas, t.wholeSeq = chain, whole
+	return n, nil
+}
+
+// record stores snap as object name, then writes rec (with this term's
+// epoch, owner and pin) as the checkpoint record by compare-and-set on
+// the revision the term wrote last. On failure the object goes; a
+// revision mismatch fences the term.
+func (t *term) record(ctx context.Context, name string, snap [][]byte, rec record) (int64, error) {
+	p := t.p
+	if t.fenced.Load() {
+		return 0, errFenced
+	}
+	info, err := p.r.obs.Put(ctx, jetstream.ObjectMeta{Name: name}, parts(snap))
+	if err != nil {
+		return 0, fmt.Errorf("store snapshot %s: %w", name, err)
+	}
+	rec.Epoch, rec.Owner, rec.Pin, rec.AtMs = t.epoch, p.r.inst, t.pin, time.Now().UnixMilli()
+	val, _ := json.Marshal(rec)
 	rev, err := p.r.kv.Update(ctx, p.key, val, t.rev.Load())
 	if err != nil {
 		_ = p.r.obs.Delete(ctx, name)
@@ -480,8 +477,8 @@ func (t *term) SaveDelta(ctx context.Context, base, seq uint64, snap [][]byte) (
 		return 0, fmt.Errorf("update checkpoint record %s: %w", p.key, err)
 	}
 	t.rev.Store(rev)
-	p.ckptSeq.Store(seq)
-	t.deltas, t.wholeSeq = chain, whole
+	p.ckptSeq.Store(rec.Seq)
+	p.r.log.Debug("checkpoint recorded", "partition", p.n, "epoch", t.epoch, "seq", rec.Seq, "object", name, "revision", rev)
 	return int64(info.Size), nil
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -165,15 +164,7 @@ func TestRun_BothSourcesHonourTheNATSAndLimitsKeys(t *testing.T) {
 	}
 	newerSent := time.Now()
 
-	get := func(path string) (int, string) {
-		res, err := http.Get("http://" + addr + path)
-		if err != nil {
-			t.Fatalf("GET %s: %v", path, err)
-		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
-		return res.StatusCode, string(b)
-	}
+	get := func(path string) (int, string) { return get(t, "http://"+addr+path) }
 	for _, market := range []string{"viaduct", "harbour"} {
 		for _, metric := range []string{
 			fmt.Sprintf(`edgeproc_positions_rejected_total{market=%q,reason="courier_limit"} 2`, market),
@@ -247,15 +238,7 @@ jetstream: {replicas: 1, pin_ttl: 2s, partitions: 2, ingest: gateway}
 	}
 	run := startService(t, cfgs, service.Deps{Log: testLog(t), Shards: 1})
 	addr := (<-run.addr).String()
-	get := func(path string) (int, string) {
-		res, err := http.Get("http://" + addr + path)
-		if err != nil {
-			t.Fatalf("GET %s: %v", path, err)
-		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
-		return res.StatusCode, string(b)
-	}
+	get := func(path string) (int, string) { return get(t, "http://"+addr+path) }
 	testenv.WaitFor(t, 30*time.Second, "both markets ready", func() bool {
 		res, err := http.Get("http://" + addr + "/readyz")
 		if err != nil {
