@@ -86,16 +86,7 @@ func TestRun_MarketThatCannotStartIsLoudAndDead(t *testing.T) {
 		t.Errorf("no ERROR log naming the market and the CA file:\n%s", l)
 	}
 
-	svc.cancel()
-	select {
-	case err := <-svc.done:
-		if err == nil || !strings.Contains(err.Error(), "valencia") {
-			t.Errorf("Run returned %v, want the dead market's error", err)
-		}
-		svc.done <- nil // for the cleanup
-	case <-time.After(15 * time.Second):
-		t.Fatalf("shutdown hangs after a market failed to start")
-	}
+	svc.stopFailed(t, "valencia", 15*time.Second)
 }
 
 // TestRun_SilentMarketWritesNothing: with the idle rule on, a market that

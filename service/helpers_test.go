@@ -107,6 +107,22 @@ func startService(tb testing.TB, cfgs []config.Config, deps service.Deps) *runni
 	return r
 }
 
+// stopFailed cancels the service and requires Run to return, within d,
+// an error naming the market that failed.
+func (r *running) stopFailed(tb testing.TB, market string, d time.Duration) {
+	tb.Helper()
+	r.cancel()
+	select {
+	case err := <-r.done:
+		if err == nil || !strings.Contains(err.Error(), market) {
+			tb.Errorf("Run returned %v, want the failed market %s's error", err, market)
+		}
+		r.done <- nil // for the cleanup
+	case <-time.After(d):
+		tb.Fatalf("shutdown hangs after market %s failed", market)
+	}
+}
+
 // stop cancels the service and requires Run to return nil within d.
 func (r *running) stop(tb testing.TB, d time.Duration) {
 	tb.Helper()

@@ -316,14 +316,5 @@ func checkDead(t *testing.T, mosq *testenv.Mosquitto, ns *testenv.NATS, dead con
 		t.Errorf("no ERROR log line naming the market and %q while it is dead", cause)
 	}
 
-	svc.cancel()
-	select {
-	case err := <-svc.done:
-		if err == nil || !strings.Contains(err.Error(), "valencia") {
-			t.Errorf("Run returned %v, want the dead market's error", err)
-		}
-		svc.done <- nil // for the cleanup
-	case <-time.After(15 * time.Second):
-		t.Fatalf("shutdown hangs after a partitioned market died")
-	}
+	svc.stopFailed(t, "valencia", 15*time.Second)
 }
