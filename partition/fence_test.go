@@ -117,7 +117,7 @@ func TestPausedOwner_IsFenced(t *testing.T) {
 }
 
 // TestClaim_RestoresTheDeltaChain: an owner records a whole snapshot,
-// then incremental ones on it; the checkpoint record lists the chain, and
+// then incremental ones on it, the last two at one sequence; the checkpoint record lists the chain, and
 // the next owner restores it to the last delta's sequence with every
 // courier. A whole snapshot then deletes the chain's objects.
 func TestClaim_RestoresTheDeltaChain(t *testing.T) {
@@ -151,9 +151,15 @@ func TestClaim_RestoresTheDeltaChain(t *testing.T) {
 	feed(20)
 	record()
 	feed(20)
+	record()
+	// Nothing applied since: a checkpoint at the same sequence must not
+	// overwrite the delta the record names.
 	rec := record()
-	if len(rec.Deltas) != 2 || rec.Object != whole.Object || rec.WholeSeq != 50 || rec.Seq != 90 || rec.Deltas[1].Seq != 90 {
-		t.Fatalf("record %+v; want the whole snapshot at 50 and deltas to 70 and 90", rec)
+	if len(rec.Deltas) != 3 || rec.Deltas[1].Object == rec.Deltas[2].Object {
+		t.Fatalf("record %+v; want three deltas, the last two at 90 in objects of their own", rec)
+	}
+	if len(rec.Deltas) != 3 || rec.Object != whole.Object || rec.WholeSeq != 50 || rec.Seq != 90 || rec.Deltas[1].Seq != 90 {
+		t.Fatalf("record %+v; want the whole snapshot at 50 and deltas to 70, 90 and 90", rec)
 	}
 	b, err := p.claim(ctx, "pin-b", time.Now())
 	if err != nil {
@@ -169,7 +175,7 @@ func TestClaim_RestoresTheDeltaChain(t *testing.T) {
 		t.Fatal("checkpoint not started")
 	}
 	<-done
-	for _, name := range []string{rec.Object, rec.Deltas[0].Object, rec.Deltas[1].Object} {
+	for _, name := range []string{rec.Object, rec.Deltas[0].Object, rec.Deltas[1].Object, rec.Deltas[2].Object} {
 		if _, err := r.obs.GetInfo(ctx, name); err == nil {
 			t.Errorf("object %s still stored after a whole snapshot", name)
 		}

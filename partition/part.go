@@ -341,12 +341,18 @@ func (p *part) stop(t *term) {
 	p.pastMu.Unlock()
 }
 
-// finalCheckpoint checkpoints t's last applied message and waits until it
-// is recorded or given up, renewing the pin meanwhile. It reports false
-// when deadline came first.
+// finalCheckpoint checkpoints t's last applied message, unless it is
+// recorded already, and waits until it is recorded or given up, renewing
+// the pin meanwhile. It reports false when deadline came first.
 func (p *part) finalCheckpoint(t *term, deadline time.Time) bool {
 	done := make(chan struct{})
-	for !t.checkpoint(func() { close(done) }) {
+	for {
+		if t.last == p.ckptSeq.Load() {
+			return true // recorded, maybe by the checkpoint that was finishing
+		}
+		if t.checkpoint(func() { close(done) }) {
+			break
+		}
 		if t.fenced.Load() {
 			return true // nothing of this term may be recorded
 		}

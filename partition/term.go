@@ -419,7 +419,7 @@ func (t *term) checkpoint(after func()) bool {
 // term is fenced. The previous snapshot and its deltas go once the record
 // no longer names them.
 func (t *term) Save(ctx context.Context, seq uint64, snap [][]byte) (int64, error) {
-	name := fmt.Sprintf("%s-e%d-s%d", t.p.key, t.epoch, seq)
+	name := t.objectName(seq, "")
 	n, err := t.record(ctx, name, snap, record{Seq: seq, Object: name})
 	if err != nil {
 		return 0, err
@@ -438,7 +438,7 @@ func (t *term) Save(ctx context.Context, seq uint64, snap [][]byte) (int64, erro
 // the checkpoint record's chain, as Save does. The whole snapshot it
 // builds on and the deltas before stay until the next whole one.
 func (t *term) SaveDelta(ctx context.Context, base, seq uint64, snap [][]byte) (int64, error) {
-	name := fmt.Sprintf("%s-e%d-s%d-delta", t.p.key, t.epoch, seq)
+	name := t.objectName(seq, "-delta")
 	chain := append(slices.Clone(t.deltas), deltaRef{Object: name, Seq: seq})
 	whole := base
 	if len(t.deltas) > 0 {
@@ -450,6 +450,14 @@ func (t *term) SaveDelta(ctx context.Context, base, seq uint64, snap [][]byte) (
 	}
 	t.deltas, t.wholeSeq = chain, whole
 	return n, nil
+}
+
+// objectName names the snapshot of seq that the term's next record
+// write points at. The record's revision makes it unique: two snapshots
+// at one sequence (nothing applied between two checkpoints) must not
+// overwrite each other, for the record may name the first.
+func (t *term) objectName(seq uint64, suffix string) string {
+	return fmt.Sprintf("%s-e%d-s%d-r%d%s", t.p.key, t.epoch, seq, t.rev.Load(), suffix)
 }
 
 // record stores snap as object name, then writes rec (with this term's
