@@ -2,10 +2,14 @@ package partition
 
 import (
 	"math/rand"
+	"net/http"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/engine"
@@ -16,8 +20,14 @@ import (
 // chaosKinds are the faults of the partitioned source's schedule: an
 // instance killed (at a random moment, or again while it takes its
 // partitions back), paused (past the pin TTL, it is fenced), a NATS node
-// down. One node at a time: the streams are R3.
-var chaosKinds = []string{"kill", "kill-in-recovery", "pause", "node-down"}
+// down; the network between a node and the instances connected to it,
+// by nftables rules on that node's client port only (its routes and the
+// test's own connections, the publisher's, are untouched): packets
+// silently dropped for 3-15 s (net-drop: a half-open connection neither
+// side notices at once), or every connection reset and new ones refused
+// for 0.5-3 s (net-cut); and the results stream deleted (the instances
+// recreate it). One node at a time: the streams are R3.
+var chaosKinds = []string{"kill", "kill-in-recovery", "pause", "node-down", "net-drop", "net-cut", "results-stream-deleted"}
 
 // chaosWindows are the market's windows: event time runs 4 times faster
 // than the clock, the idle rule on, so that a fault taken for silence
@@ -32,13 +42,17 @@ const chaosWindows = "  size: 20s\n  slide: 10s\n  gap: 15s\n  tolerated_delay: 
 // exactly the replay of each partition's stream, and its no_signals are
 // the ones the couriers earned: those of a run over each partition's
 // positions alone, without any clock (a fault taken for silence would add
-// some).
+// some); every instance is healthy and exits cleanly on SIGTERM. When the
+// schedule deleted the results stream, "the results stream" is the union
+// of what each incarnation of it held (see equalsReplayIncarnations).
 func TestChaos_PartitionedSchedule(t *testing.T) {
 	seed, d := testenv.ChaosSeed(), testenv.ChaosDuration()
 	rng := rand.New(rand.NewSource(seed))
 	bin := testenv.BuildEdgeproc(t)
 	const partitions = 4
 	cl := testenv.StartCluster(t, testenv.ClusterConfig{Nodes: 3, Mappings: mapping(partitions)})
+	nf := testenv.StartNetFaults(t)
+	nodeURLs := strings.Split(cl.URL(), ",")
 	cfg := testConfig(t, cl.URL(), partitions)
 	cfg.Windows.Size, cfg.Windows.Slide, cfg.Windows.Gap, cfg.Windows.ToleratedDelay, cfg.Windows.IdleTimeout =
 		20*time.Second, 10*time.Second, 15*time.Second, 2*time.Second, 10*time.Second
@@ -60,6 +74,7 @@ func TestChaos_PartitionedSchedule(t *testing.T) {
 		publishFleet(t, pub, msgs, int(float64(len(msgs))/d.Seconds())+1, nil)
 	}()
 	done := map[string]int{}
+	var held [][]testenv.Stored // what each deleted incarnation of the results stream held
 	for _, f := range faults {
 		time.Sleep(time.Until(start.Add(f.At)))
 		p, node := procs[rng.Intn(len(procs))], rng.Intn(3)
@@ -83,6 +98,30 @@ func TestChaos_PartitionedSchedule(t *testing.T) {
 			cl.Kill(node)
 			time.Sleep(f.Lasts)
 			cl.Restart(node)
+		case "net-drop", "net-cut":
+			port := testenv.PortOf(t, nodeURLs[node])
+			// The test's own connections are left alone: the publisher
+			// stands for the MQTT gateway, which lives in the servers; cut
+			// off, it would leave the positions stream truly silent (a
+			// gap between the stored positions, no_signals earned).
+			except := testenv.ClientPorts(t, port)
+			t.Logf("%v: node n%d, client port %d, but the test's own connections from ports %v", f, node+1, port, except)
+			fault := nf.Drop
+			if f.Kind == "net-cut" {
+				fault = nf.Cut
+			}
+			restore := fault(port, except...)
+			time.Sleep(f.Lasts)
+			restore()
+		case "results-stream-deleted":
+			h := testenv.DeleteStream(t, cl.URL(), cfg.NATS.Stream)
+			held = append(held, h)
+			deleted := time.Now()
+			if !testenv.WaitStream(t, cl.URL(), cfg.NATS.Stream, time.Minute) {
+				t.Errorf("%v: no instance recreated the results stream within a minute", f)
+			}
+			t.Logf("%v: deleted holding %d results, recreated %v later", f, len(h), time.Since(deleted).Round(100*time.Millisecond))
+			time.Sleep(time.Until(deleted.Add(f.Lasts)))
 		}
 		done[f.Kind]++
 	}
@@ -96,20 +135,34 @@ func TestChaos_PartitionedSchedule(t *testing.T) {
 	last = lastSeqs(t, pub, cfg)
 	testenv.WaitFor(t, time.Minute, "the final silence applied and recorded", func() bool { return procsSettled(last, procs...) })
 	for _, p := range procs {
+		if resp, err := readyzClient.Get("http://" + p.listen + "/healthz"); err != nil {
+			t.Errorf("instance %s /healthz after the schedule: %v", p.name, err)
+		} else {
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Errorf("instance %s /healthz after the schedule: %s, want 200", p.name, resp.Status)
+			}
+		}
+	}
+	for _, p := range procs {
 		if err := p.p.Stop(30 * time.Second); err != nil {
 			t.Errorf("instance %s after SIGTERM: %v", p.name, err)
 		}
 	}
-	t.Logf("%d results, as the replay", equalsReplay(t, cl.URL(), cfg))
+	stored := equalsReplayIncarnations(t, cl.URL(), cfg, held)
 
 	want := earnedNoSignals(cfg, msgs)
 	got := map[string]bool{}
-	for k := range published(t, cl.URL(), cfg) {
-		if strings.HasPrefix(k, "no_signal|") {
-			got[k] = true
-			if !want[k] {
-				t.Errorf("%s: a no_signal the courier did not earn", k)
+	for _, inc := range stored {
+		for k := range inc {
+			if strings.HasPrefix(k, "no_signal|") {
+				got[k] = true
 			}
+		}
+	}
+	for k := range got {
+		if !want[k] {
+			t.Errorf("%s: a no_signal the courier did not earn", k)
 		}
 	}
 	for k := range want {
@@ -118,6 +171,90 @@ func TestChaos_PartitionedSchedule(t *testing.T) {
 		}
 	}
 	t.Logf("%d no_signals, each earned", len(got))
+}
+
+// equalsReplayIncarnations is equalsReplay for a results stream the
+// schedule may have deleted: held are the messages each deleted
+// incarnation held (testenv.DeleteStream reads them after sealing the
+// stream, so none was stored unseen), the stream now is the last
+// incarnation. It returns every incarnation by key.
+//
+// What a deleted incarnation held is gone from the stream, and a result
+// re-emitted after the stream was recreated (a successor re-deriving a
+// fenced term's results, say) is no longer deduplicated against it: so the
+// stream alone cannot equal the replay, and comparing only what was
+// published after the re-creation would leave everything before it
+// unchecked. The check is on the union of the incarnations instead
+// (testenv.DiffIncarnations), as strict as equalsReplay (with no deletion
+// it is the same check): every key of the replay is stored in some
+// incarnation and no other key in any, the first copy of a key is the
+// replay's first record, a later incarnation's copy is one of the
+// replay's records of that key, and no key is stored twice within one
+// incarnation.
+func equalsReplayIncarnations(t *testing.T, url string, cfg config.Config, held [][]testenv.Stored) []map[string]string {
+	t.Helper()
+	want, variants := replayVariants(t, url, cfg)
+	if len(want) == 0 {
+		t.Fatal("no results: the test checks nothing")
+	}
+	var incs []map[string]string
+	for i, h := range held {
+		inc := map[string]string{}
+		for _, m := range h {
+			k := m.Header.Get(jetstream.MsgIDHeader)
+			if _, dup := inc[k]; dup {
+				t.Errorf("key %s stored twice in incarnation %d of the results stream", k, i+1)
+			}
+			inc[k] = string(m.Data)
+		}
+		incs = append(incs, inc)
+	}
+	incs = append(incs, published(t, url, cfg))
+	if diffs := testenv.DiffIncarnations(incs, want, variants, "the per-partition replay"); len(diffs) > 0 {
+		t.Errorf("%d differences, first ones:", len(diffs))
+		for _, d := range diffs[:min(len(diffs), 10)] {
+			t.Error(d)
+		}
+	}
+	t.Logf("%d results, as the replay, over %d incarnations of the results stream (the last one: %d)", len(want), len(incs), len(incs[len(incs)-1]))
+	return incs
+}
+
+// replayVariants is replay's run (helpers_test.go) keeping, besides the
+// first record of each key (the one a stream keeps), every record emitted
+// under each key: a late position sent twice gives two late records with
+// one key, and a stream recreated between them keeps the second too.
+func replayVariants(t testing.TB, url string, cfg config.Config) (first map[string]string, all map[string]map[string]bool) {
+	t.Helper()
+	first, all = map[string]string{}, map[string]map[string]bool{}
+	for n := range cfg.JetStream.Partitions {
+		ecfg := EngineConfig(cfg, n)
+		ecfg.Shards = 1
+		var mu sync.Mutex
+		e := engine.New(ecfg, func(rs []result.Record) {
+			mu.Lock()
+			defer mu.Unlock()
+			for i := range rs {
+				k, v := rs[i].Key(), string(rs[i].AppendJSON(nil))
+				if first[k] == "" {
+					first[k] = v
+				}
+				if all[k] == nil {
+					all[k] = map[string]bool{}
+				}
+				all[k][v] = true
+			}
+		})
+		for _, m := range testenv.ReadStored(t, url, cfg.JetStream.Stream, cfg.JetStream.PartitionSubject(n)) {
+			if m.Header.Get(TickHeader) != "" && strings.HasSuffix(m.Subject, "."+TickToken) {
+				e.Tick(m.Time.UnixMilli())
+				continue
+			}
+			e.Push(&engine.Input{Payload: m.Data, Topic: natsToMQTT(m.Subject), Arrival: m.Time.UnixMilli(), HasArrival: true, Line: int64(m.Seq)})
+		}
+		e.Stop()
+	}
+	return first, all
 }
 
 // earnedNoSignals are the no_signal keys of a run over each partition's

@@ -11,6 +11,9 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
 need_mosquitto # integration tests need a real broker
+# The chaos schedules' network faults are nftables rules on the tests' own
+# ports (internal/testenv/netfault.go).
+command -v nft >/dev/null || [ -x /usr/sbin/nft ] || apt_install nftables
 command -v systemd-analyze >/dev/null || apt_install systemd
 # The fleet board's tests drive a real headless browser.
 command -v chromium >/dev/null || apt_install chromium
