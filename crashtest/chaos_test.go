@@ -234,23 +234,7 @@ func expectedVariants(tb testing.TB, cfg config.Config, msgs []testenv.Message) 
 			all[k][emittedRe.ReplaceAllString(string(buf), "")] = true
 		}
 	})
-	// As expected: arrivals 1 ms apart after every timestamp, then a day
-	// of silence.
-	var arrival int64
-	for _, m := range msgs {
-		var p struct {
-			TS int64 `json:"timestamp_ms"`
-		}
-		if json.Unmarshal(m.Payload, &p) == nil {
-			arrival = max(arrival, p.TS)
-		}
-	}
-	for i, m := range msgs {
-		arrival++
-		eng.Push(&engine.Input{Payload: m.Payload, Topic: m.Topic, Line: int64(i + 1), Arrival: arrival, HasArrival: true})
-	}
-	eng.Tick(arrival + 24*3600_000)
-	eng.Stop()
+	pushAsLive(eng, msgs) // as expected() does
 	return all
 }
 

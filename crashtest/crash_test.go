@@ -229,12 +229,18 @@ func expected(tb testing.TB, cfg config.Config, msgs []testenv.Message) (map[str
 			addRecord(tb, buf, byKey, rejected)
 		}
 	})
-	// The messages arrive 1 ms apart after every timestamp, so that no
-	// silence comes between them (nor in the live run: the fleet never
-	// stops) and none is ahead of the clock; then the final silence, a
-	// day of it, fires what the live run's final silence fires: every
-	// window and session, the no_signals of couriers that went silent
-	// at the end like any other (not end_of_input), and the dead zones.
+	pushAsLive(eng, msgs)
+	return byKey, rejected
+}
+
+// pushAsLive pushes msgs into eng as the live run meets them, then stops
+// it. The messages arrive 1 ms apart after every timestamp, so that no
+// silence comes between them (nor in the live run: the fleet never
+// stops) and none is ahead of the clock; then the final silence, a day
+// of it, fires what the live run's final silence fires: every window and
+// session, the no_signals of couriers that went silent at the end like
+// any other (not end_of_input), and the dead zones.
+func pushAsLive(eng *engine.Engine, msgs []testenv.Message) {
 	var arrival int64
 	for _, m := range msgs {
 		var p struct {
@@ -250,7 +256,6 @@ func expected(tb testing.TB, cfg config.Config, msgs []testenv.Message) (map[str
 	}
 	eng.Tick(arrival + 24*3600_000)
 	eng.Stop()
-	return byKey, rejected
 }
 
 func addRecord(tb testing.TB, data []byte, byKey map[string]string, rejected map[string]bool) {
