@@ -169,9 +169,7 @@ func (s *shard) apply(ev *event) {
 			c.gone = true
 			s.couriers[ev.slot] = nil
 			s.count--
-			if s.epoch != 0 { // see changedNow
-				s.forgotten = append(s.forgotten, c.name)
-			}
+			s.forgotten = append(s.forgotten, c.name)
 		}
 		return
 	}
