@@ -79,6 +79,9 @@ func (e *Engine) Checkpoint(tag uint64, done func(snapshot [][]byte)) {
 // whole. Merge applies it to that checkpoint's snapshot. The caller must
 // only build on a previous snapshot it has stored: after one it could not
 // store, the next must be whole (Checkpoint).
+//
+// The first checkpoint of an engine must be whole: the changes before it
+// are not tracked.
 func (e *Engine) CheckpointDelta(base, tag uint64, done func(snapshot [][]byte)) {
 	c := e.take()
 	j := &snapshotJob{header: e.appendDeltaHeader(nil, base, tag), delta: true, parts: make([][]byte, len(e.shards)), done: done, wg: &e.wg}
@@ -172,9 +175,12 @@ func (s *shard) saveSnap(c *courier) {
 	c.dist.Checkpointed()
 }
 
-// changedNow lists c for the next snapshot, once.
+// changedNow lists c for the next snapshot, once. Before the first
+// snapshot nothing is listed: an incremental one builds on a snapshot
+// (the first is whole), and an engine that never takes one (a replay)
+// must not keep every courier it changed.
 func (s *shard) changedNow(c *courier) {
-	if c.due != s.epoch+1 {
+	if s.epoch != 0 && c.due != s.epoch+1 {
 		c.due = s.epoch + 1
 		s.changed = append(s.changed, c)
 	}

@@ -190,3 +190,36 @@ func TestMerge_RefusesABrokenChain(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckpointDelta_NothingListedWithoutSnapshots: an engine that takes
+// no snapshot (a replay) keeps no list of changed or forgotten couriers,
+// whatever it processes; one that does keeps only one interval's.
+func TestCheckpointDelta_NothingListedWithoutSnapshots(t *testing.T) {
+	cfg := seedConfig(t, 1) // a full table: couriers are forgotten
+	ins := smallFleet(1)
+	listed := func(e *Engine) (n int) {
+		for _, s := range e.shards {
+			n += len(s.changed) + len(s.forgotten)
+		}
+		return n
+	}
+	e := New(cfg, func([]result.Record) {})
+	for i := range ins {
+		e.Push(&ins[i])
+	}
+	e.Stop()
+	if n := listed(e); n != 0 {
+		t.Fatalf("without snapshots: %d couriers listed; want none", n)
+	}
+	e = New(cfg, func([]result.Record) {})
+	snaps := make(chan []byte, 1)
+	e.Checkpoint(0, func(s [][]byte) { snaps <- bytes.Join(s, nil) })
+	<-snaps
+	for i := range ins {
+		e.Push(&ins[i])
+	}
+	e.Stop()
+	if n := listed(e); n == 0 {
+		t.Fatalf("after a snapshot: nothing listed for the next one")
+	}
+}

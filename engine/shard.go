@@ -169,7 +169,9 @@ func (s *shard) apply(ev *event) {
 			c.gone = true
 			s.couriers[ev.slot] = nil
 			s.count--
-			s.forgotten = append(s.forgotten, c.name)
+			if s.epoch != 0 { // see changedNow
+				s.forgotten = append(s.forgotten, c.name)
+			}
 		}
 		return
 	}
