@@ -463,32 +463,6 @@ func (e *Engine) dispatch(c *chunk) {
 	e.merge <- c
 }
 
-func (e *Engine) runMerger(sink Sink) {
-	var out []result.Record
-	for c := range e.merge {
-		out = append(out[:0], c.recs...)
-		for _, s := range e.shards {
-			<-s.done // shards finish chunks in order
-			out = append(out, c.out[s.id]...)
-		}
-		sortRecords(out)
-		if e.zones != nil {
-			out = e.zones.apply(out, c.steps)
-		}
-		if len(out) > 0 {
-			sink(out)
-		}
-		clear(out)
-		out = trim(out)
-		if c.ckpt != nil {
-			c.ckpt.zones = e.zones.appendState(nil)
-			c.ckpt.arrive() // every result of the inputs before the barrier is out
-		}
-		c.reset()
-		e.free <- c
-	}
-}
-
 // shardOf maps a courier to a shard. Any stable hash does: results do not
 // depend on the assignment.
 func shardOf[T string | []byte](courier T, n int) int {

@@ -126,6 +126,7 @@ func (s *shard) run() {
 		if c.endOfInput {
 			s.advance(tmath.Forever)
 		}
+		sortRecords(s.out) // here, in parallel: the merger only merges
 		c.out[s.id] = s.out
 		s.c, s.out = nil, nil
 		s.stats.couriers.Store(int64(s.count))

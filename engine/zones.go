@@ -69,12 +69,14 @@ func newZones(cfg *Config) *zones {
 	}
 }
 
-// apply counts the warnings and restores among out (one chunk's results,
-// sorted) and appends the dead zones the chunk's steps fire: each step
-// fires after every record of its input and before the next input's.
-// It returns out, sorted.
-func (z *zones) apply(out []result.Record, steps []step) []result.Record {
-	n, j := len(out), 0
+// apply counts the warnings and restores among out (the next piece of a
+// chunk's results, sorted) and appends the dead zones the chunk's steps
+// fire: each step fires after every record of its input and before the
+// next input's. steps[from:] are the steps not fired yet; with last (the
+// chunk's final piece) every one of them fires. It returns out, sorted,
+// and the first step still to fire.
+func (z *zones) apply(out []result.Record, steps []step, from int, last bool) ([]result.Record, int) {
+	n, j := len(out), from
 	for i := 0; i < n; i++ {
 		r := &out[i]
 		for ; j < len(steps) && steps[j].seq < r.Order.Seq; j++ {
@@ -90,13 +92,13 @@ func (z *zones) apply(out []result.Record, steps []step) []result.Record {
 			z.restore(r)
 		}
 	}
-	for ; j < len(steps); j++ {
+	for ; last && j < len(steps); j++ {
 		out = z.fire(out, steps[j])
 	}
 	if len(out) > n {
 		sortRecords(out)
 	}
-	return out
+	return out, j
 }
 
 func (z *zones) warn(r *result.Record) {
