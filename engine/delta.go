@@ -74,6 +74,10 @@ type snapshotParts struct {
 	counters []byte // after the tag: inputs and watermark
 	zones    []byte
 	couriers map[string][]byte
+	// decoded holds the couriers a delta changed, as state: a courier
+	// that changes in every delta of a chain is decoded once and encoded
+	// once, not once a delta.
+	decoded map[string]*courier
 }
 
 // Merge applies incremental snapshots to the whole snapshot they build on,
@@ -93,10 +97,18 @@ func Merge(cfg Config, full []byte, deltas ...[]byte) ([]byte, error) {
 	}
 	spec := window.NewSpec(cfg.Size, cfg.Slide)
 	spec.Lateness = cfg.AllowedLateness
+	p.decoded = map[string]*courier{}
 	for i, d := range deltas {
 		if err := p.apply(spec, d); err != nil {
 			return nil, fmt.Errorf("delta %d of %d: %w", i+1, len(deltas), err)
 		}
+	}
+	for name, c := range p.decoded {
+		b := wire.AppendString(nil, c.name)
+		b = wire.AppendInt(b, c.latest)
+		b = c.dist.AppendState(b)
+		b = c.sess.AppendState(b)
+		p.couriers[name] = appendPresence(b, c.area)
 	}
 	names := make([]string, 0, len(p.couriers))
 	size := len(p.prefix) + len(p.counters) + len(p.zones) + 16
@@ -203,23 +215,25 @@ func (p *snapshotParts) apply(spec window.Spec, d []byte) error {
 	for r.Len() > 0 && r.Err() == nil {
 		switch kind := r.Uint(); kind {
 		case deltaForgotten:
-			delete(p.couriers, r.String())
+			name := r.String()
+			delete(p.couriers, name)
+			delete(p.decoded, name)
 		case deltaCourier:
-			var c courier
-			c.name = r.String()
-			if old, ok := p.couriers[c.name]; ok {
-				if err := readCourier(spec, wire.NewReader(old), &c, SnapshotVersion); err != nil {
-					return err
+			name := r.String()
+			c := p.decoded[name]
+			if c == nil {
+				c = &courier{name: name}
+				if old, ok := p.couriers[name]; ok {
+					if err := readCourier(spec, wire.NewReader(old), c, SnapshotVersion); err != nil {
+						return err
+					}
 				}
+				p.decoded[name] = c
+				p.couriers[name] = nil // listed; encoded at the end
 			}
-			if err := readCourierDelta(spec, r, &c); err != nil {
+			if err := readCourierDelta(spec, r, c); err != nil {
 				return fmt.Errorf("%w: courier %q: %v", ErrSnapshotCorrupt, c.name, err)
 			}
-			b := wire.AppendString(nil, c.name)
-			b = wire.AppendInt(b, c.latest)
-			b = c.dist.AppendState(b)
-			b = c.sess.AppendState(b)
-			p.couriers[c.name] = appendPresence(b, c.area)
 		default:
 			return fmt.Errorf("%w: section kind %d", ErrSnapshotCorrupt, kind)
 		}
