@@ -175,6 +175,7 @@ var (
 	dMQTTRedel  = desc("mqtt_redelivered_total", "Received messages flagged as redelivered by the broker.")
 	dMQTTOut    = desc("mqtt_outstanding", "Messages received and not yet acknowledged.")
 	dMQTTReconn = desc("mqtt_reconnects_total", "MQTT reconnections after the first connection.")
+	dMQTTResent = desc("mqtt_resent_total", "Redelivered messages that were already in the write-ahead log (acked after their connection dropped): acked again, not logged twice.")
 	dMQTTLost   = desc("mqtt_sessions_lost_total", "Reconnections on which the broker had lost our session.")
 
 	dCkptAge     = desc("checkpoint_age_seconds", "Time since the newest checkpoint was written; absent before the first.")
@@ -212,7 +213,7 @@ var revision = func() string {
 var allDescs = []*prometheus.Desc{
 	dReceived, dAccepted, dRejected, dDuplicates, dLate, dMissed, dRevisions, dRecovered, dResults, dCouriers, dEvicted, dWatermark, dLag, dQueue, dQueueCap, dInFlight, dInFlightMx,
 	dPublished, dAcked, dBDup, dBErrors, dBRetries, dPending, dKVWrites, dKVErrors, dKVRefused, dKVEvicted, dRecreated, dNATSUp, dStreamUp,
-	dMQTTUp, dMQTTRecv, dMQTTRedel, dMQTTOut, dMQTTReconn, dMQTTLost, dReady, dFailed,
+	dMQTTUp, dMQTTRecv, dMQTTRedel, dMQTTResent, dMQTTOut, dMQTTReconn, dMQTTLost, dReady, dFailed,
 	dCkptAge, dCkptDur, dCkptBytes, dCkpts, dCkptFail, dCkptSkip, dCkptIncr, dWALBytes, dWALRepairs, dWALStalled, dWALStalls, dWALFsync, dReplayed, dRecoveryDur,
 	dLatency, dBuildInfo,
 }
@@ -294,6 +295,7 @@ func (c *Collector) collect(ch chan<- prometheus.Metric, name string, s Snapshot
 		q := s.MQTT
 		counter(dMQTTRecv, float64(q.Received))
 		counter(dMQTTRedel, float64(q.Redelivered))
+		counter(dMQTTResent, float64(q.Resent))
 		gauge(dMQTTOut, float64(q.Outstanding))
 		counter(dMQTTReconn, float64(q.Reconnects))
 		counter(dMQTTLost, float64(q.SessionsLost))

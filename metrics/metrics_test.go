@@ -65,7 +65,7 @@ func TestCollector_ReadsSnapshots(t *testing.T) {
 			HasEngine:  true,
 			Bridge:     bridge.Stats{Published: 8, Acked: 6, Duplicates: 1, Errors: 2, Retries: 2, Pending: 2, Connected: true, KVWrites: 9},
 			HasBridge:  true,
-			MQTT:       mqtt.Stats{Received: 11, Redelivered: 1, Outstanding: 3, Connected: true, Reconnects: 1},
+			MQTT:       mqtt.Stats{Received: 11, Redelivered: 1, Resent: 2, Outstanding: 3, Connected: true, Reconnects: 1},
 			HasMQTT:    true,
 			QueueDepth: 5, QueueCapacity: 1024, StreamReady: true,
 		}
@@ -108,6 +108,7 @@ func TestCollector_ReadsSnapshots(t *testing.T) {
 		{"edgeproc_mqtt_connected{market=girona}", 1},
 		{"edgeproc_mqtt_received_total{market=girona}", 11},
 		{"edgeproc_mqtt_outstanding{market=girona}", 3},
+		{"edgeproc_mqtt_resent_total{market=girona}", 2},
 		{"edgeproc_mqtt_reconnects_total{market=girona}", 1},
 		// A market still starting: connection gauges read 0.
 		{"edgeproc_nats_connected{market=valencia}", 0},

@@ -21,6 +21,7 @@ type Message struct {
 
 	c     *client // the connection that delivered the message
 	seq   uint64  // its place in c's receive order
+	id    uint16  // its packet identifier
 	qos   byte
 	acked atomic.Bool
 }
@@ -39,6 +40,7 @@ func (m *Message) Ack() {
 	}
 	if !m.c.in.ack(m.seq) {
 		m.c.s.staleAcks.Add(1)
+		m.c.s.resent.remember(m, int(m.c.s.cfg.ReceiveMaximum))
 		return
 	}
 	m.c.s.acked.Add(1)

@@ -32,8 +32,11 @@
 // in Stats.StaleAcks) rather than sent: its packet identifier means nothing,
 // or something else, on the new connection, and the broker redelivers the
 // message anyway. The messages already read from a connection that then
-// drops still reach the handler; their acks cannot reach the broker either,
-// so a drop costs up to about ReceiveMaximum duplicates.
+// drops still reach the handler; their acks cannot reach the broker either.
+// The broker resends those messages on the next connection; the ones acked
+// by then (too late for the old connection) are acked at once and not
+// handed on again (Stats.Resent), and the others come again as duplicates:
+// a drop costs at most ReceiveMaximum of them.
 //
 // # Backpressure
 //
@@ -81,6 +84,10 @@ type Stats struct {
 	// StaleAcks counts Message.Ack calls for messages of a connection that
 	// has gone; the broker redelivers those messages.
 	StaleAcks uint64
+	// Resent counts redeliveries of messages acked after their connection
+	// had gone (StaleAcks): acked at once and not passed to the handler,
+	// which has them already.
+	Resent uint64
 	// Connects counts successful connections (CONNACK received), the first
 	// included; Reconnects those after the first.
 	Connects, Reconnects uint64
@@ -134,8 +141,11 @@ type Source struct {
 	listenGen   uint64
 	listenSince time.Time
 
-	received, redelivered, acked, staleAcks atomic.Uint64
-	connects, sessionsLost                  atomic.Uint64
+	// resent is what the broker will send again although it was acked.
+	resent resent
+
+	received, redelivered, acked, staleAcks, resentAcked atomic.Uint64
+	connects, sessionsLost                               atomic.Uint64
 }
 
 // Start validates cfg, applies defaults and starts connecting. It returns as
@@ -268,7 +278,7 @@ func (s *Source) down(c *client, err error) {
 // first takes its slot in c's inflight; it returns an error only when the
 // connection is to be dropped.
 func (s *Source) deliver(ctx context.Context, c *client, p publish, topic string) error {
-	m := &Message{Topic: topic, Payload: p.payload, Duplicate: p.dup, c: c, qos: p.qos}
+	m := &Message{Topic: topic, Payload: p.payload, Duplicate: p.dup, c: c, id: p.id, qos: p.qos}
 	if p.qos > 0 {
 		seq, ok := c.in.add(ctx, p.id)
 		if !ok {
@@ -277,6 +287,11 @@ func (s *Source) deliver(ctx context.Context, c *client, p publish, topic string
 			return errors.Join(ctx.Err(), errConnectionDown)
 		}
 		m.seq = seq
+		if s.resent.resends(c, &p, topic) {
+			s.resentAcked.Add(1)
+			c.in.ack(seq)
+			return nil
+		}
 	}
 	s.handling <- struct{}{}
 	defer func() { <-s.handling }()
@@ -392,6 +407,7 @@ func (s *Source) Stats() Stats {
 		Redelivered:  s.redelivered.Load(),
 		Acked:        s.acked.Load(),
 		StaleAcks:    s.staleAcks.Load(),
+		Resent:       s.resentAcked.Load(),
 		Connects:     c,
 		Reconnects:   max(c, 1) - 1,
 		SessionsLost: s.sessionsLost.Load(),

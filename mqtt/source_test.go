@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -334,4 +335,68 @@ func TestSource_StartsBeforeBrokerAndCloses(t *testing.T) {
 		t.Errorf("after Close: got Connected true, want false")
 	}
 	mustClose(t, src) // a second Close is harmless
+}
+
+// TestSource_AckedAfterTheDropIsNotHandedOnAgain acks half of a
+// connection's messages after the connection dropped (as a write-ahead
+// log that was stalled on a full disk would): the broker, which never had
+// those PUBACKs, resends every unacked message on the next connection;
+// the ones acked late are acked at once and not handed on again, the
+// others are. A broker restart afterwards redelivers nothing: the
+// copies' acks reached it.
+func TestSource_AckedAfterTheDropIsNotHandedOnAgain(t *testing.T) {
+	t.Parallel()
+	broker := testenv.StartMosquitto(t)
+	var ackNow atomic.Bool
+	rec := newRecorder()
+	src := mustStart(t, testConfig(broker.URL(), "edgeproc-resent"), func(m *Message) {
+		rec.handle(m)
+		if ackNow.Load() {
+			m.Ack()
+		}
+	})
+	waitSubscribed(t, src)
+	pub := broker.Publisher(t, "")
+	publishSeq(t, pub, "van-1", 0, 20)
+	first := rec.waitLen(t, 20, 10*time.Second)
+	pub.Close()
+
+	broker.Stop()
+	testenv.WaitFor(t, 10*time.Second, "the connection to drop", func() bool { return !src.Connected() })
+	for _, m := range first[:10] {
+		m.Ack() // durable only now: the broker will not hear of it
+	}
+	if st := src.Stats(); st.StaleAcks != 10 {
+		t.Fatalf("got StaleAcks %d, want 10", st.StaleAcks)
+	}
+	ackNow.Store(true)
+	broker.Restart()
+	again := rec.waitLen(t, 30, 10*time.Second)
+	time.Sleep(300 * time.Millisecond) // a copy of 0..9 would show now
+	again = rec.snapshot()[20:]
+	if len(again) != 10 {
+		t.Fatalf("after the reconnection got %d messages, want the 10 never acked", len(again))
+	}
+	for i, m := range again {
+		if seq := seqOf(t, m); seq != 10+i || !m.Duplicate {
+			t.Errorf("after the reconnection message %d: seq %d duplicate %v, want %d, true", i, seq, m.Duplicate, 10+i)
+		}
+		m.Ack() // the handler's ack, again: no-op
+	}
+	if st := src.Stats(); st.Resent != 10 || st.Redelivered != 10 {
+		t.Errorf("got Resent %d Redelivered %d, want 10 and 10", st.Resent, st.Redelivered)
+	}
+
+	pub = broker.Publisher(t, "")
+	publishSeq(t, pub, "van-1", 20, 25) // new: forgets what is left of the resends
+	rec.waitLen(t, 35, 10*time.Second)
+	pub.Close()
+	testenv.WaitFor(t, 5*time.Second, "every PUBACK written", func() bool { return src.Stats().Outstanding == 0 })
+	time.Sleep(2 * DefaultAckInterval)
+	broker.Restart()
+	testenv.WaitFor(t, 10*time.Second, "reconnection", func() bool { return src.Stats().Reconnects >= 2 && src.Stats().Subscribed })
+	time.Sleep(500 * time.Millisecond)
+	if n := rec.len(); n != 35 {
+		t.Errorf("after a second restart got %d messages in all, want 35: something acked was redelivered", n)
+	}
 }
