@@ -50,6 +50,6 @@ for fleet in $fleets; do
 	for i in $(seq "$runs"); do
 		echo "# $fleet, run $i: loadbench ${args[*]}"
 		"$out/loadbench" --edgeproc "${proc[@]}" --baseline 3s --probe-rate 0 "${args[@]}" "$@" |
-			grep -E '^(CPU:|RESULT|# load|# machine)|sustained'
+			grep -E '^(CPU:|MEMORY:|RESULT|# load|# machine)|sustained'
 	done
 done

@@ -77,3 +77,22 @@ func (m *cpuMeter) percent() []float64 {
 	}
 	return out
 }
+
+// peakRSS is the peak resident set size of process pid (VmHWM in
+// /proc/PID/status), bytes; 0 when it cannot be read.
+func peakRSS(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				return 0
+			}
+			return kb << 10
+		}
+	}
+	return 0
+}

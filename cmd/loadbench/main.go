@@ -273,6 +273,7 @@ func bench(ctx context.Context, o options, rates []float64, stdout, stderr io.Wr
 		}
 		printStep(stdout, r)
 		printCPU(stdout, r)
+		printMemory(stdout, r)
 		if !r.Sustained {
 			break
 		}
@@ -334,6 +335,16 @@ func printCPU(w io.Writer, r stepResult) {
 	n := float64(r.Sent)
 	fmt.Fprintf(w, "CPU: %8.0f/s %6d couriers  edgeproc %6.2fs %6.1f µs/position  mosquitto %6.2fs %6.1f µs/position  ratio %.2f  (%d positions; load %s)\n",
 		r.Target, r.Couriers, e, 1e6*e/n, b, 1e6*b/n, e/b, r.Sent, loadavg())
+}
+
+// printMemory prints edgeproc's peak resident set so far, and per courier
+// of the step's fleet (meaningful for a run of one step).
+func printMemory(w io.Writer, r stepResult) {
+	if r.PeakRSS == 0 {
+		return
+	}
+	fmt.Fprintf(w, "MEMORY: edgeproc peak RSS %d MB since its start, %.2f KB per courier of the step's %d\n",
+		r.PeakRSS>>20, float64(r.PeakRSS)/1024/float64(r.Couriers), r.Couriers)
 }
 
 // cpuCol formats CPU shares as "e/b/lb", "-" for one not measured.

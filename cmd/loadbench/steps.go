@@ -58,6 +58,9 @@ type stepResult struct {
 	// the last crossings had a moment to go out): the whole cost of the
 	// step's positions, both processes over the same interval.
 	CPUTime []time.Duration
+	// PeakRSS is edgeproc's peak resident set (VmHWM) since it started,
+	// bytes, read at the end of the step; 0 when it cannot be read.
+	PeakRSS int64
 }
 
 // runStep offers rate positions/s to the broker for s.Duration (sim.Run,
@@ -147,6 +150,7 @@ func runStep(ctx context.Context, p *edgeprocProc, tap *resultTap, rate float64,
 	// tail a moment before the next step takes over the tap.
 	time.Sleep(500 * time.Millisecond)
 	r.CPUTime = cpu.seconds()
+	r.PeakRSS = peakRSS(p.cmd.Process.Pid)
 	if s.ReadBack != "" {
 		if err := readBackStored(ctx, s.ReadBack, simStart, lat.Stored); err != nil {
 			return r, err
