@@ -16,6 +16,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"unsafe"
 
 	"github.com/km0/edgeproc/geo"
 	"github.com/km0/edgeproc/internal/tmath"
@@ -281,10 +282,16 @@ func (d *Distance) Insert(s Spec, f geo.Filter, x geo.Fix) {
 	if n == cap(d.fixes) {
 		// Double while small, then grow by one size class of the
 		// allocator: these slices are most of a courier's retained memory,
-		// and their length is steady once the courier is.
+		// and their length is steady once the courier is. Past the small
+		// size classes (32 KB, a courier sending many times a second) a
+		// class is a page, and growing by one would copy the whole slice
+		// every few hundred fixes: grow by an eighth.
 		c := max(8, 2*n)
 		if n >= 64 {
 			c = n + 1
+		}
+		if n >= bigFixes {
+			c = n + n/8
 		}
 		d.fixes = grow(d.fixes, c)
 		if d.dense {
@@ -664,6 +671,10 @@ func (d *Distance) evict(s Spec, lb int64) {
 	}
 	d.marks = d.marks[:copy(d.marks, d.marks[m:])]
 }
+
+// bigFixes is where a fix slice passes the allocator's small size classes
+// (32 KB).
+const bigFixes = 32 << 10 / int(unsafe.Sizeof(fix{}))
 
 // grow returns s with room for at least c elements, and as many more as
 // the allocator's size class of c elements holds anyway: a slice grown
