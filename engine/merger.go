@@ -9,7 +9,7 @@ import (
 // runMerger hands each chunk's results to the sink in output order: the
 // sequencer's records and every shard's, each sorted by its own goroutine,
 // merged into pieces of at most keepRecords. The firings at a window end
-// (one distance result per courier of a whole market, ~280 bytes each)
+// (one distance result per courier of a whole market, 264 bytes each)
 // then exist once, in their shards' buffers, rather than once more in a
 // merged copy as large, and the sink sees them a piece at a time.
 func (e *Engine) runMerger(sink Sink) {
