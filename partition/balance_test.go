@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/internal/testenv"
 )
 
@@ -74,7 +73,17 @@ func TestBalance_JoinAndLeaveUnderLoad(t *testing.T) {
 // so without the idle rule) until its next position. The hand-over ends
 // with a tick: the joining instance owns its share without any position.
 func TestBalance_IdlePartitionGetsItsNewOwner(t *testing.T) {
-	cfg, a, b := idleMarket(t)
+	const partitions = 2
+	ns := testenv.StartNATSWithMappings(t, mapping(partitions))
+	cfg := testConfig(t, ns.URL(), partitions)
+	a := startInstance(t, cfg, ns.Connect(t), "a", nil)
+	testenv.WaitFor(t, 30*time.Second, "a ready", a.r.Ready)
+	pub := ns.Connect(t)
+	publishFleet(t, pub, testenv.FleetMessages("girona", 20, time.Minute, 3, time.Now()), 2000, nil)
+	last := lastSeqs(t, pub, cfg)
+	testenv.WaitFor(t, 30*time.Second, "a owns both partitions and recorded them", func() bool { return settled(last, statuses(a)...) })
+	b := startInstance(t, cfg, ns.Connect(t), "b", nil)
+	testenv.WaitFor(t, 30*time.Second, "b ready", b.r.Ready)
 	testenv.WaitFor(t, 4*cfg.JetStream.PinTTL+5*time.Second, "one partition each, nothing published", func() bool {
 		return ownedBy(a) == 1 && ownedBy(b) == 1
 	})
@@ -86,26 +95,19 @@ func TestBalance_IdlePartitionGetsItsNewOwner(t *testing.T) {
 // survivor, which asks for both, must wake them itself, within a few
 // pin_ttl.
 func TestBalance_IdlePartitionOfADeadOwnerIsTakenOver(t *testing.T) {
-	cfg, a, b := idleMarket(t)
-	a.Kill()
-	testenv.WaitFor(t, 5*cfg.JetStream.PinTTL+10*time.Second, "b owns both partitions, nothing published", func() bool {
-		return ownedBy(b) == cfg.JetStream.Partitions
-	})
-}
-
-// idleMarket is a market of two partitions whose fleet has stopped: a
-// owns both and recorded everything, then b joins.
-func idleMarket(t *testing.T) (cfg config.Config, a, b *instance) {
 	const partitions = 2
 	ns := testenv.StartNATSWithMappings(t, mapping(partitions))
-	cfg = testConfig(t, ns.URL(), partitions)
-	a = startInstance(t, cfg, ns.Connect(t), "a", nil)
+	cfg := testConfig(t, ns.URL(), partitions)
+	a := startInstance(t, cfg, ns.Connect(t), "a", nil)
 	testenv.WaitFor(t, 30*time.Second, "a ready", a.r.Ready)
 	pub := ns.Connect(t)
 	publishFleet(t, pub, testenv.FleetMessages("girona", 20, time.Minute, 3, time.Now()), 2000, nil)
 	last := lastSeqs(t, pub, cfg)
 	testenv.WaitFor(t, 30*time.Second, "a owns both partitions and recorded them", func() bool { return settled(last, statuses(a)...) })
-	b = startInstance(t, cfg, ns.Connect(t), "b", nil)
+	b := startInstance(t, cfg, ns.Connect(t), "b", nil)
 	testenv.WaitFor(t, 30*time.Second, "b ready", b.r.Ready)
-	return cfg, a, b
+	a.Kill()
+	testenv.WaitFor(t, 5*cfg.JetStream.PinTTL+10*time.Second, "b owns both partitions, nothing published", func() bool {
+		return ownedBy(b) == partitions
+	})
 }
