@@ -50,7 +50,6 @@ type part struct {
 	term     *term
 	lastCkpt time.Time
 	lastTick time.Time
-	lastWake time.Time // standby: when it last looked for a partition without owner
 
 	// Read by metrics and tests from any goroutine.
 	eng      atomic.Pointer[engine.Engine]           // the current term's
@@ -142,7 +141,6 @@ func (p *part) hold() {
 // run is the partition's pull loop until ctx ends.
 func (p *part) run(ctx context.Context) {
 	defer p.release()
-	p.lastWake = time.Now()
 	for ctx.Err() == nil {
 		p.hold()
 		if p.term != nil && p.term.fenced.Load() {
@@ -199,9 +197,6 @@ func (p *part) run(ctx context.Context) {
 			continue
 		}
 		if p.term == nil {
-			if last == nil {
-				p.maybeWake(ctx)
-			}
 			continue
 		}
 		// Every pull request the server accepts under our pin restarts its
@@ -295,7 +290,7 @@ func (p *part) acquire(ctx context.Context, pin string, sent time.Time) bool {
 // (a successor re-derives them from the stream) and it records nothing.
 func (p *part) lose(why string) {
 	t := p.term
-	p.term, p.lastWake = nil, time.Now()
+	p.term = nil
 	p.owned.Store(0)
 	p.r.owned.Add(-1)
 	p.fenced.Add(1)
@@ -316,7 +311,7 @@ func (p *part) release() {
 	if t == nil {
 		return
 	}
-	p.term, p.lastWake = nil, time.Now()
+	p.term = nil
 	p.owned.Store(0)
 	p.r.owned.Add(-1)
 	if p.r.nc.IsClosed() {
@@ -421,37 +416,6 @@ func (p *part) maybeTick(ctx context.Context) {
 		return
 	}
 	p.lastTick = now
-	p.tick(ctx)
-}
-
-// maybeWake publishes a tick into the partition when nobody owns it, so
-// that the server pins it to one of the instances asking, this one among
-// them. The server pins a partition when it delivers a message, and one
-// whose owner died while it was idle (every message acked) has none to
-// deliver: it would stay without an owner, without ticks and so without
-// the idle rule (no no_signal for its silent couriers) until its next
-// position. It looks at most once a pin_ttl, after a pin_ttl of asking
-// with nothing delivered: nothing pending, nothing awaiting an ack and no
-// pin then mean no owner (an owner pulls, and ticks an idle partition,
-// every pull wait).
-func (p *part) maybeWake(ctx context.Context) {
-	now := time.Now()
-	if now.Sub(p.lastWake) < p.r.cfg.JetStream.PinTTL || !p.heard() {
-		return
-	}
-	p.lastWake = now
-	ictx, cancel := context.WithTimeout(ctx, p.fetchWait())
-	defer cancel()
-	info, err := p.cons.Info(ictx)
-	if err != nil || info.NumPending > 0 || info.NumAckPending > 0 {
-		return
-	}
-	for _, g := range info.PriorityGroups {
-		if g.Group == group && g.PinnedClientID != "" {
-			return
-		}
-	}
-	p.r.log.Info("waking a partition without owner", "partition", p.n)
 	p.tick(ctx)
 }
 
