@@ -257,7 +257,12 @@ func (s *shard) appendCourierDelta(b []byte, c *courier) []byte {
 // appendCourier appends one courier as a section of its own: a count of 1,
 // then its state. A shard's part is any number of sections.
 func (s *shard) appendCourier(b []byte, c *courier) []byte {
-	b = wire.AppendUint(b, 1)
+	return appendCourierState(wire.AppendUint(b, 1), c)
+}
+
+// appendCourierState appends one courier's whole state, as a section of a
+// whole snapshot holds it after its count.
+func appendCourierState(b []byte, c *courier) []byte {
 	b = wire.AppendString(b, c.name)
 	b = wire.AppendInt(b, c.latest)
 	b = c.dist.AppendState(b)

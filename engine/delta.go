@@ -104,11 +104,7 @@ func Merge(cfg Config, full []byte, deltas ...[]byte) ([]byte, error) {
 		}
 	}
 	for name, c := range p.decoded {
-		b := wire.AppendString(nil, c.name)
-		b = wire.AppendInt(b, c.latest)
-		b = c.dist.AppendState(b)
-		b = c.sess.AppendState(b)
-		p.couriers[name] = appendPresence(b, c.area)
+		p.couriers[name] = appendCourierState(nil, c)
 	}
 	names := make([]string, 0, len(p.couriers))
 	size := len(p.prefix) + len(p.counters) + len(p.zones) + 16
