@@ -88,3 +88,37 @@ func TestBalance_IdlePartitionGetsItsNewOwner(t *testing.T) {
 		return ownedBy(a) == 1 && ownedBy(b) == 1
 	})
 }
+
+// TestBalance_IdlePartitionOfADeadOwnerIsTakenOver kills the owner of two
+// idle partitions (everything applied and acked, nothing published after):
+// the server pins a partition only when it delivers a message, so the
+// survivor, which asks for both, must wake them itself, within a few
+// pin_ttl.
+func TestBalance_IdlePartitionOfADeadOwnerIsTakenOver(t *testing.T) {
+	const partitions = 2
+	ns := testenv.StartNATSWithMappings(t, mapping(partitions))
+	cfg := testConfig(t, ns.URL(), partitions)
+	a := startInstance(t, cfg, ns.Connect(t), "a", nil)
+	testenv.WaitFor(t, 30*time.Second, "a ready", a.r.Ready)
+	pub := ns.Connect(t)
+	publishFleet(t, pub, testenv.FleetMessages("girona", 20, time.Minute, 3, time.Now()), 2000, nil)
+	last := lastSeqs(t, pub, cfg)
+	testenv.WaitFor(t, 30*time.Second, "a owns both partitions and recorded them", func() bool { return settled(last, statuses(a)...) })
+	b := startInstance(t, cfg, ns.Connect(t), "b", nil)
+	testenv.WaitFor(t, 30*time.Second, "b ready", b.r.Ready)
+	a.Kill()
+	testenv.WaitFor(t, 5*cfg.JetStream.PinTTL+10*time.Second, "b owns both partitions, nothing published", func() bool {
+		return ownedBy(b) == partitions
+	})
+	for n := range partitions {
+		wakes := 0
+		for _, m := range testenv.ReadStored(t, ns.URL(), cfg.JetStream.Stream, cfg.JetStream.PartitionSubject(n)) {
+			if kindOf(m.Subject, m.Header) == msgWake {
+				wakes++
+			}
+		}
+		if wakes == 0 {
+			t.Errorf("partition %d: taken over without a wake-up in its stream", n)
+		}
+	}
+}

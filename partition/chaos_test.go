@@ -246,7 +246,10 @@ func replayVariants(t testing.TB, url string, cfg config.Config) (first map[stri
 			}
 		})
 		for _, m := range testenv.ReadStored(t, url, cfg.JetStream.Stream, cfg.JetStream.PartitionSubject(n)) {
-			if m.Header.Get(TickHeader) != "" && strings.HasSuffix(m.Subject, "."+TickToken) {
+			switch kindOf(m.Subject, m.Header) {
+			case msgWake:
+				continue
+			case msgTick:
 				e.Tick(m.Time.UnixMilli())
 				continue
 			}

@@ -283,7 +283,10 @@ func replay(t testing.TB, url string, cfg config.Config) (map[string]string, []e
 			}
 		})
 		for _, m := range testenv.ReadStored(t, url, cfg.JetStream.Stream, subject) {
-			if m.Header.Get(TickHeader) != "" && strings.HasSuffix(m.Subject, "."+TickToken) {
+			switch kindOf(m.Subject, m.Header) {
+			case msgWake:
+				continue
+			case msgTick:
 				e.Tick(m.Time.UnixMilli())
 				continue
 			}

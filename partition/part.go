@@ -32,6 +32,11 @@ const (
 	// TickToken is the last subject token of a tick. It cannot be a courier
 	// id (no '_' in them), so a courier never shares a tick's subject.
 	TickToken = "_tick"
+	// WakeValue, as a tick's TickHeader, makes it a wake-up: a message a
+	// standby publishes into a partition without owner only so that the
+	// server has something to deliver, and pin. An owner acks it and
+	// applies nothing (see kindOf).
+	WakeValue = "wake"
 )
 
 // part is one partition as seen by one instance: a pull loop on the
@@ -50,6 +55,7 @@ type part struct {
 	term     *term
 	lastCkpt time.Time
 	lastTick time.Time
+	lastWake time.Time // standby: when it last looked for a partition without owner
 
 	// Read by metrics and tests from any goroutine.
 	eng      atomic.Pointer[engine.Engine]           // the current term's
@@ -141,6 +147,7 @@ func (p *part) hold() {
 // run is the partition's pull loop until ctx ends.
 func (p *part) run(ctx context.Context) {
 	defer p.release()
+	p.lastWake = time.Now()
 	for ctx.Err() == nil {
 		p.hold()
 		if p.term != nil && p.term.fenced.Load() {
@@ -197,6 +204,9 @@ func (p *part) run(ctx context.Context) {
 			continue
 		}
 		if p.term == nil {
+			if last == nil {
+				p.maybeWake(ctx)
+			}
 			continue
 		}
 		// Every pull request the server accepts under our pin restarts its
@@ -290,7 +300,7 @@ func (p *part) acquire(ctx context.Context, pin string, sent time.Time) bool {
 // (a successor re-derives them from the stream) and it records nothing.
 func (p *part) lose(why string) {
 	t := p.term
-	p.term = nil
+	p.term, p.lastWake = nil, time.Now()
 	p.owned.Store(0)
 	p.r.owned.Add(-1)
 	p.fenced.Add(1)
@@ -311,7 +321,7 @@ func (p *part) release() {
 	if t == nil {
 		return
 	}
-	p.term = nil
+	p.term, p.lastWake = nil, time.Now()
 	p.owned.Store(0)
 	p.r.owned.Add(-1)
 	if p.r.nc.IsClosed() {
@@ -419,6 +429,40 @@ func (p *part) maybeTick(ctx context.Context) {
 	p.tick(ctx)
 }
 
+// maybeWake publishes a wake-up into the partition when nobody owns it,
+// so that the server pins it to one of the instances asking, this one
+// among them. The server pins a partition when it delivers a message, and one
+// whose owner died while it was idle (every message acked) has none to
+// deliver: it would stay without an owner, without ticks and so without
+// the idle rule (no no_signal for its silent couriers) until its next
+// position. It looks at most once a pin_ttl, after a pin_ttl of asking
+// with nothing delivered: nothing pending, nothing awaiting an ack and no
+// pin then mean no owner (an owner pulls, and ticks an idle partition,
+// every pull wait). A wake-up, not a tick: a standby cannot vouch that the
+// time since the last message was heard (the owner's ticks do that), and
+// a tick from it turned an outage into 62 unearned no_signals in a fault
+// schedule (partitioned, seed 31).
+func (p *part) maybeWake(ctx context.Context) {
+	now := time.Now()
+	if now.Sub(p.lastWake) < p.r.cfg.JetStream.PinTTL {
+		return
+	}
+	p.lastWake = now
+	ictx, cancel := context.WithTimeout(ctx, p.fetchWait())
+	defer cancel()
+	info, err := p.cons.Info(ictx)
+	if err != nil || info.NumPending > 0 || info.NumAckPending > 0 {
+		return
+	}
+	for _, g := range info.PriorityGroups {
+		if g.Group == group && g.PinnedClientID != "" {
+			return
+		}
+	}
+	p.r.log.Info("waking a partition without owner", "partition", p.n)
+	p.publishTick(ctx, WakeValue)
+}
+
 // heard reports whether the positions can reach the stream now. With the
 // relay unable to hear the market's broker, the positions wait there or
 // in the phones, and time passing is deafness: no tick makes it a gap in
@@ -426,11 +470,15 @@ func (p *part) maybeTick(ctx context.Context) {
 func (p *part) heard() bool { return p.r.relay == nil || p.r.relay.ready() == "" }
 
 // tick publishes a tick into the partition.
-func (p *part) tick(ctx context.Context) {
-	msg := &nats.Msg{Subject: p.tickSubject, Header: nats.Header{TickHeader: []string{"1"}}}
+func (p *part) tick(ctx context.Context) { p.publishTick(ctx, "1") }
+
+// publishTick publishes a message on the partition's tick subject with
+// TickHeader set to value: "1" for a tick, WakeValue for a wake-up.
+func (p *part) publishTick(ctx context.Context, value string) {
+	msg := &nats.Msg{Subject: p.tickSubject, Header: nats.Header{TickHeader: []string{value}}}
 	pctx, cancel := context.WithTimeout(ctx, p.fetchWait())
 	defer cancel()
 	if _, err := p.r.js.PublishMsg(pctx, msg); err != nil {
-		p.r.log.Debug("idle tick not published", "partition", p.n, "err", err)
+		p.r.log.Debug("tick not published", "partition", p.n, "value", value, "err", err)
 	}
 }

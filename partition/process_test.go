@@ -520,7 +520,7 @@ func checkOperatorView(t *testing.T, nc *nats.Conn, url string, cfg config.Confi
 		if err != nil || n >= cfg.JetStream.Partitions {
 			t.Fatalf("positions stream: message on %s, outside the partitions", m.Subject)
 		}
-		if levels[3] == TickToken && m.Header.Get(TickHeader) != "" {
+		if kindOf(m.Subject, m.Header) != msgPosition {
 			ticks[n]++
 			continue
 		}

@@ -326,18 +326,46 @@ func (t *term) keepPin() {
 	t.consSeq = 0 // whatever was delivered is not applied: the next delivery catches up
 }
 
+// msgKind is what a message of a partition's stream is.
+type msgKind uint8
+
+const (
+	msgPosition msgKind = iota
+	msgTick             // an owner's idle tick: the idle rule at its timestamp
+	msgWake             // a standby's wake-up (WakeValue): nothing to apply
+)
+
+// kindOf tells a message of a partition's stream by its subject and
+// headers; the owner and any replay of the stream must agree on it.
+func kindOf(subject string, hdr nats.Header) msgKind {
+	v := hdr.Get(TickHeader)
+	switch {
+	case v == "" || !strings.HasSuffix(subject, "."+TickToken):
+		return msgPosition
+	case v == WakeValue:
+		return msgWake
+	}
+	return msgTick
+}
+
 // apply hands one message of the partition to the engine as an entry of
 // the partition's log (engine.Apply): a tick applies the idle rule at its
-// stream timestamp, anything else is a position arriving at its stream
-// timestamp, its stream sequence the line of a rejected record's key.
+// stream timestamp, a wake-up applies nothing, anything else is a
+// position arriving at its stream timestamp, its stream sequence the line
+// of a rejected record's key.
 func (t *term) apply(subject string, hdr nats.Header, data []byte, seq uint64, ts time.Time) {
 	ms := ts.UnixMilli()
-	e := wal.Entry{Kind: wal.KindTick, Arrival: ms}
-	if hdr.Get(TickHeader) == "" || !strings.HasSuffix(subject, "."+TickToken) {
+	switch kindOf(subject, hdr) {
+	case msgWake:
+		t.last = seq
+		t.p.processed.Store(seq)
+		return
+	case msgTick:
+		t.eng.Apply(seq, wal.Entry{Kind: wal.KindTick, Arrival: ms})
+	default:
 		t.topicBuf = appendMQTTTopic(t.topicBuf[:0], subject)
-		e = wal.Entry{Kind: wal.KindPosition, Arrival: ms, Topic: string(t.topicBuf), Payload: data}
+		t.eng.Apply(seq, wal.Entry{Kind: wal.KindPosition, Arrival: ms, Topic: string(t.topicBuf), Payload: data})
 	}
-	t.eng.Apply(seq, e)
 	t.last = seq
 	t.p.processed.Store(seq)
 	t.p.applied.Add(1)

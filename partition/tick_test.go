@@ -52,7 +52,7 @@ func TestIdleTicks(t *testing.T) {
 	a.Stop()
 	ticks := 0
 	for _, m := range testenv.ReadStored(t, ns.URL(), cfg.JetStream.Stream, cfg.JetStream.PartitionSubject(0)) {
-		if m.Header.Get(TickHeader) != "" {
+		if kindOf(m.Subject, m.Header) == msgTick {
 			ticks++
 		}
 	}
