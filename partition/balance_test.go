@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/internal/testenv"
 )
 
@@ -73,17 +74,7 @@ func TestBalance_JoinAndLeaveUnderLoad(t *testing.T) {
 // so without the idle rule) until its next position. The hand-over ends
 // with a tick: the joining instance owns its share without any position.
 func TestBalance_IdlePartitionGetsItsNewOwner(t *testing.T) {
-	const partitions = 2
-	ns := testenv.StartNATSWithMappings(t, mapping(partitions))
-	cfg := testConfig(t, ns.URL(), partitions)
-	a := startInstance(t, cfg, ns.Connect(t), "a", nil)
-	testenv.WaitFor(t, 30*time.Second, "a ready", a.r.Ready)
-	pub := ns.Connect(t)
-	publishFleet(t, pub, testenv.FleetMessages("girona", 20, time.Minute, 3, time.Now()), 2000, nil)
-	last := lastSeqs(t, pub, cfg)
-	testenv.WaitFor(t, 30*time.Second, "a owns both partitions and recorded them", func() bool { return settled(last, statuses(a)...) })
-	b := startInstance(t, cfg, ns.Connect(t), "b", nil)
-	testenv.WaitFor(t, 30*time.Second, "b ready", b.r.Ready)
+	_, cfg, a, b := idleMarket(t)
 	testenv.WaitFor(t, 4*cfg.JetStream.PinTTL+5*time.Second, "one partition each, nothing published", func() bool {
 		return ownedBy(a) == 1 && ownedBy(b) == 1
 	})
@@ -95,17 +86,8 @@ func TestBalance_IdlePartitionGetsItsNewOwner(t *testing.T) {
 // survivor, which asks for both, must wake them itself, within a few
 // pin_ttl.
 func TestBalance_IdlePartitionOfADeadOwnerIsTakenOver(t *testing.T) {
-	const partitions = 2
-	ns := testenv.StartNATSWithMappings(t, mapping(partitions))
-	cfg := testConfig(t, ns.URL(), partitions)
-	a := startInstance(t, cfg, ns.Connect(t), "a", nil)
-	testenv.WaitFor(t, 30*time.Second, "a ready", a.r.Ready)
-	pub := ns.Connect(t)
-	publishFleet(t, pub, testenv.FleetMessages("girona", 20, time.Minute, 3, time.Now()), 2000, nil)
-	last := lastSeqs(t, pub, cfg)
-	testenv.WaitFor(t, 30*time.Second, "a owns both partitions and recorded them", func() bool { return settled(last, statuses(a)...) })
-	b := startInstance(t, cfg, ns.Connect(t), "b", nil)
-	testenv.WaitFor(t, 30*time.Second, "b ready", b.r.Ready)
+	ns, cfg, a, b := idleMarket(t)
+	partitions := cfg.JetStream.Partitions
 	a.Kill()
 	testenv.WaitFor(t, 5*cfg.JetStream.PinTTL+10*time.Second, "b owns both partitions, nothing published", func() bool {
 		return ownedBy(b) == partitions
@@ -121,4 +103,21 @@ func TestBalance_IdlePartitionOfADeadOwnerIsTakenOver(t *testing.T) {
 			t.Errorf("partition %d: taken over without a wake-up in its stream", n)
 		}
 	}
+}
+
+// idleMarket is a market of two partitions whose fleet has stopped: a
+// owns both and recorded everything, then b joins.
+func idleMarket(t *testing.T) (ns *testenv.Cluster, cfg config.Config, a, b *instance) {
+	const partitions = 2
+	ns = testenv.StartNATSWithMappings(t, mapping(partitions))
+	cfg = testConfig(t, ns.URL(), partitions)
+	a = startInstance(t, cfg, ns.Connect(t), "a", nil)
+	testenv.WaitFor(t, 30*time.Second, "a ready", a.r.Ready)
+	pub := ns.Connect(t)
+	publishFleet(t, pub, testenv.FleetMessages("girona", 20, time.Minute, 3, time.Now()), 2000, nil)
+	last := lastSeqs(t, pub, cfg)
+	testenv.WaitFor(t, 30*time.Second, "a owns both partitions and recorded them", func() bool { return settled(last, statuses(a)...) })
+	b = startInstance(t, cfg, ns.Connect(t), "b", nil)
+	testenv.WaitFor(t, 30*time.Second, "b ready", b.r.Ready)
+	return ns, cfg, a, b
 }
