@@ -1,8 +1,10 @@
 package partition
 
 import (
+	"fmt"
 	"math/rand"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -41,8 +43,8 @@ const chaosWindows = "  size: 20s\n  slide: 10s\n  gap: 15s\n  tolerated_delay: 
 // partition is owned and recorded, the results stream holds once per key
 // exactly the replay of each partition's stream, and its no_signals are
 // the ones the couriers earned: those of a run over each partition's
-// positions alone, without any clock (a fault taken for silence would add
-// some); every instance is healthy and exits cleanly on SIGTERM. When the
+// positions alone, in stream order, without any clock (a fault taken for
+// silence would add some); every instance is healthy and exits cleanly on SIGTERM. When the
 // schedule deleted the results stream, "the results stream" is the union
 // of what each incarnation of it held (see equalsReplayIncarnations).
 func TestChaos_PartitionedSchedule(t *testing.T) {
@@ -151,7 +153,14 @@ func TestChaos_PartitionedSchedule(t *testing.T) {
 	}
 	stored := equalsReplayIncarnations(t, cl.URL(), cfg, held)
 
-	want := earnedNoSignals(cfg, msgs)
+	want, byPublication := earnedNoSignals(t, cl.URL(), cfg, msgs)
+	resent := 0
+	for k := range want {
+		if !byPublication[k] {
+			resent++
+		}
+	}
+	t.Logf("%d no_signals earned in the stream's order, %d of them not in the publication's (positions the publisher resent late)", len(want), resent)
 	got := map[string]bool{}
 	for _, inc := range stored {
 		for k := range inc {
@@ -160,9 +169,14 @@ func TestChaos_PartitionedSchedule(t *testing.T) {
 			}
 		}
 	}
+	explained := 0
 	for k := range got {
 		if !want[k] {
 			t.Errorf("%s: a no_signal the courier did not earn", k)
+			if explained < 2 {
+				explained++
+				explainNoSignal(t, cl.URL(), cfg, k)
+			}
 		}
 	}
 	for k := range want {
@@ -261,26 +275,81 @@ func replayVariants(t testing.TB, url string, cfg config.Config) (first map[stri
 }
 
 // earnedNoSignals are the no_signal keys of a run over each partition's
-// positions in publish order, without a clock: silence in event time only.
-func earnedNoSignals(cfg config.Config, msgs []testenv.Message) map[string]bool {
-	want := map[string]bool{}
-	for n := range cfg.JetStream.Partitions {
+// positions, in the order they reached its stream (the instances' input),
+// without a clock: silence in event time only. The order is the
+// publisher's: a batch it resends after a lost ack (waitAcks) stores some
+// positions seconds after later ones, and those are late for the engine
+// whatever the clock; only a no_signal the clock adds (the idle rule
+// taking a fault for silence) is not earned. byPublication is the same
+// run over the positions in the order they were published, for the log.
+func earnedNoSignals(t *testing.T, url string, cfg config.Config, msgs []testenv.Message) (earned, byPublication map[string]bool) {
+	run := func(n int, push func(e *engine.Engine), into map[string]bool) {
 		ecfg := EngineConfig(cfg, n)
 		ecfg.Topic, ecfg.Shards, ecfg.DeafGap = "", 1, 0
 		e := engine.New(ecfg, func(rs []result.Record) {
 			for i := range rs {
 				if rs[i].Type == result.NoSignal {
-					want[rs[i].Key()] = true
+					into[rs[i].Key()] = true
 				}
 			}
 		})
-		for _, m := range msgs {
-			courier := m.Topic[strings.LastIndexByte(m.Topic, '/')+1:]
-			if PartitionOf(courier, cfg.JetStream.Partitions) == n {
-				e.Push(&engine.Input{Payload: m.Payload})
-			}
-		}
+		push(e)
 		e.EndOfInput()
 	}
-	return want
+	earned, byPublication = map[string]bool{}, map[string]bool{}
+	for n := range cfg.JetStream.Partitions {
+		run(n, func(e *engine.Engine) {
+			for _, m := range testenv.ReadStored(t, url, cfg.JetStream.Stream, cfg.JetStream.PartitionSubject(n)) {
+				if kindOf(m.Subject, m.Header) == msgPosition {
+					e.Push(&engine.Input{Payload: m.Data})
+				}
+			}
+		}, earned)
+		run(n, func(e *engine.Engine) {
+			for _, m := range msgs {
+				courier := m.Topic[strings.LastIndexByte(m.Topic, '/')+1:]
+				if PartitionOf(courier, cfg.JetStream.Partitions) == n {
+					e.Push(&engine.Input{Payload: m.Payload})
+				}
+			}
+		}, byPublication)
+	}
+	return earned, byPublication
+}
+
+// explainNoSignal logs, for an unearned no_signal, the courier's
+// positions around its last one in its partition's stream order: stream
+// sequence, stream time, event time, and the ticks and wake-ups stored
+// since the courier's previous position.
+func explainNoSignal(t *testing.T, url string, cfg config.Config, key string) {
+	f := strings.Split(key, "|") // no_signal|MARKET|COURIER|LAST_SEEN
+	if len(f) != 4 {
+		return
+	}
+	courier := f[2]
+	n := PartitionOf(courier, cfg.JetStream.Partitions)
+	var lines []string
+	from, ticks := -1, 0
+	for _, m := range testenv.ReadStored(t, url, cfg.JetStream.Stream, cfg.JetStream.PartitionSubject(n)) {
+		switch kindOf(m.Subject, m.Header) {
+		case msgTick, msgWake:
+			ticks++
+			continue
+		}
+		c, ts, _, _, ok := fleetPosition(natsToMQTT(m.Subject), m.Data)
+		if !ok || c != courier {
+			continue
+		}
+		if strconv.FormatInt(ts, 10) == f[3] && from < 0 {
+			from = len(lines)
+		}
+		lines = append(lines, fmt.Sprintf("seq %d stored %s event %s (%d ticks before)", m.Seq, m.Time.Format("15:04:05.000"), time.UnixMilli(ts).UTC().Format("15:04:05.000"), ticks))
+		ticks = 0
+	}
+	if from < 0 {
+		t.Logf("%s: its last position is not in partition %d's stream", key, n)
+		return
+	}
+	lo, hi := max(0, from-3), min(len(lines), from+6)
+	t.Logf("%s: partition %d, the courier's positions around it:\n\t%s", key, n, strings.Join(lines[lo:hi], "\n\t"))
 }
