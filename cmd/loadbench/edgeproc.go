@@ -100,9 +100,9 @@ func buildEdgeproc(ctx context.Context, dir string) (string, error) {
 }
 
 // startEdgeproc writes the config into dir and starts bin run with it
-// (with GOMAXPROCS=procs in its environment unless procs is 0); it returns
+// (env added to its environment); it returns
 // once /readyz answers 200 (MQTT and NATS connected, stream created).
-func startEdgeproc(ctx context.Context, bin, dir, mqttURL, natsURL string, w windowSettings, procs int) (*edgeprocProc, error) {
+func startEdgeproc(ctx context.Context, bin, dir, mqttURL, natsURL string, w windowSettings, env []string) (*edgeprocProc, error) {
 	port, err := mosquitto.FreePort()
 	if err != nil {
 		return nil, err
@@ -124,8 +124,8 @@ func startEdgeproc(ctx context.Context, bin, dir, mqttURL, natsURL string, w win
 		return nil, fmt.Errorf("create %s: %w", p.logPath, err)
 	}
 	p.cmd = exec.Command(bin, "run", "--config", conf)
-	if procs > 0 {
-		p.cmd.Env = append(os.Environ(), "GOMAXPROCS="+strconv.Itoa(procs))
+	if len(env) > 0 {
+		p.cmd.Env = append(os.Environ(), env...)
 	}
 	p.cmd.Stdout, p.cmd.Stderr = p.logFile, p.logFile
 	if err := p.cmd.Start(); err != nil {

@@ -64,6 +64,7 @@ type options struct {
 	BaselineCouriers           int
 	Windows                    windowSettings
 	GOMAXPROCS                 int
+	GOMEMLIMIT                 string
 	Interval                   time.Duration
 	MinRatio                   float64
 	MaxCatchUp                 time.Duration
@@ -99,6 +100,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.Windows.ToleratedDelay, "tolerated-delay", 2*time.Second, "windows.tolerated_delay (short, so that windows close within a step)")
 	fs.DurationVar(&o.Windows.WALBatchInterval, "wal-batch-interval", 0, "state.wal_batch_interval of edgeproc's config; 0 = its default")
 	fs.IntVar(&o.GOMAXPROCS, "gomaxprocs", 0, "run edgeproc with GOMAXPROCS=`N` in its environment (deploy/systemd's unit sets 1); 0 = Go's default")
+	fs.StringVar(&o.GOMEMLIMIT, "gomemlimit", "", "run edgeproc with GOMEMLIMIT=`LIMIT` in its environment (e.g. 500MiB: the garbage collector's soft limit); empty = none")
 	fs.DurationVar(&o.Interval, "interval", 5*time.Second, "a courier's position interval; couriers = rate × interval keeps event time on the clock")
 	fs.Float64Var(&o.MinRatio, "min-ratio", 0.97, "received/offered needed for a step to count as sustained")
 	fs.DurationVar(&o.MaxCatchUp, "max-catchup", 2*time.Second, "a step is sustained only if edgeproc receives the broker's backlog within this after sending stops")
@@ -209,7 +211,14 @@ func bench(ctx context.Context, o options, rates []float64, stdout, stderr io.Wr
 		return false, err
 	}
 	defer ns.Shutdown()
-	p, err := startEdgeproc(ctx, bin, dir, brokerURL, ns.ClientURL(), o.Windows, o.GOMAXPROCS)
+	var env []string
+	if o.GOMAXPROCS > 0 {
+		env = append(env, "GOMAXPROCS="+strconv.Itoa(o.GOMAXPROCS))
+	}
+	if o.GOMEMLIMIT != "" {
+		env = append(env, "GOMEMLIMIT="+o.GOMEMLIMIT)
+	}
+	p, err := startEdgeproc(ctx, bin, dir, brokerURL, ns.ClientURL(), o.Windows, env)
 	if err != nil {
 		return false, err
 	}
@@ -231,8 +240,12 @@ func bench(ctx context.Context, o options, rates []float64, stdout, stderr io.Wr
 	if o.GOMAXPROCS > 0 {
 		procs = strconv.Itoa(o.GOMAXPROCS)
 	}
-	fmt.Fprintf(stdout, "# edgeproc run: nats %s (in-process, JetStream), metrics %s/metrics; windows %s/%s, tolerated_delay %s, gap %s; couriers = rate × %s; GOMAXPROCS %s\n",
-		ns.ClientURL(), p.base, o.Windows.Size, o.Windows.Slide, o.Windows.ToleratedDelay, o.Windows.Gap, o.Interval, procs)
+	memlimit := "none"
+	if o.GOMEMLIMIT != "" {
+		memlimit = o.GOMEMLIMIT
+	}
+	fmt.Fprintf(stdout, "# edgeproc run: nats %s (in-process, JetStream), metrics %s/metrics; windows %s/%s, tolerated_delay %s, gap %s; couriers = rate × %s; GOMAXPROCS %s, GOMEMLIMIT %s\n",
+		ns.ClientURL(), p.base, o.Windows.Size, o.Windows.Slide, o.Windows.ToleratedDelay, o.Windows.Gap, o.Interval, procs, memlimit)
 
 	ss := stepSettings{
 		BrokerURL: brokerURL, Duration: o.Step, Interval: o.Interval, Drain: o.Drain,
