@@ -439,9 +439,7 @@ func (p *part) maybeTick(ctx context.Context) {
 // with nothing delivered: nothing pending, nothing awaiting an ack and no
 // pin then mean no owner (an owner pulls, and ticks an idle partition,
 // every pull wait). A wake-up, not a tick: a standby cannot vouch that the
-// time since the last message was heard (the owner's ticks do that), and
-// a tick from it turned an outage into 62 unearned no_signals in a fault
-// schedule (partitioned, seed 31).
+// time since the last message was heard (the owner's ticks do that).
 func (p *part) maybeWake(ctx context.Context) {
 	now := time.Now()
 	if now.Sub(p.lastWake) < p.r.cfg.JetStream.PinTTL {
