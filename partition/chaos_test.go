@@ -259,16 +259,7 @@ func replayVariants(t testing.TB, url string, cfg config.Config) (first map[stri
 				all[k][v] = true
 			}
 		})
-		for _, m := range testenv.ReadStored(t, url, cfg.JetStream.Stream, cfg.JetStream.PartitionSubject(n)) {
-			switch kindOf(m.Subject, m.Header) {
-			case msgWake:
-				continue
-			case msgTick:
-				e.Tick(m.Time.UnixMilli())
-				continue
-			}
-			e.Push(&engine.Input{Payload: m.Data, Topic: natsToMQTT(m.Subject), Arrival: m.Time.UnixMilli(), HasArrival: true, Line: int64(m.Seq)})
-		}
+		applyStored(t, url, cfg, n, e)
 		e.Stop()
 	}
 	return first, all

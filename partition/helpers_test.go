@@ -266,7 +266,6 @@ func replay(t testing.TB, url string, cfg config.Config) (map[string]string, []e
 	for n := range cfg.JetStream.Partitions {
 		ecfg := EngineConfig(cfg, n)
 		ecfg.Shards = 1
-		subject := cfg.JetStream.PartitionSubject(n)
 		var mu sync.Mutex
 		e := engine.New(ecfg, func(rs []result.Record) {
 			mu.Lock()
@@ -282,20 +281,23 @@ func replay(t testing.TB, url string, cfg config.Config) (map[string]string, []e
 				}
 			}
 		})
-		for _, m := range testenv.ReadStored(t, url, cfg.JetStream.Stream, subject) {
-			switch kindOf(m.Subject, m.Header) {
-			case msgWake:
-				continue
-			case msgTick:
-				e.Tick(m.Time.UnixMilli())
-				continue
-			}
-			e.Push(&engine.Input{Payload: m.Data, Topic: natsToMQTT(m.Subject), Arrival: m.Time.UnixMilli(), HasArrival: true, Line: int64(m.Seq)})
-		}
+		applyStored(t, url, cfg, n, e)
 		e.Stop()
 		stats[n] = e.Stats()
 	}
 	return want, stats
+}
+
+// applyStored hands partition n's stream, as stored, to e the way its
+// owner applies it (entryOf): its replay.
+func applyStored(t testing.TB, url string, cfg config.Config, n int, e *engine.Engine) {
+	t.Helper()
+	var topic []byte
+	for _, m := range testenv.ReadStored(t, url, cfg.JetStream.Stream, cfg.JetStream.PartitionSubject(n)) {
+		if en, ok := entryOf(m.Subject, m.Header, m.Data, m.Time.UnixMilli(), &topic); ok {
+			e.Apply(m.Seq, en)
+		}
+	}
 }
 
 // published returns the results stream by key, failing on a key stored

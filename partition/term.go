@@ -338,14 +338,31 @@ const (
 // kindOf tells a message of a partition's stream by its subject and
 // headers; the owner and any replay of the stream must agree on it.
 func kindOf(subject string, hdr nats.Header) msgKind {
-	v := hdr.Get(TickHeader)
-	switch {
-	case v == "" || !strings.HasSuffix(subject, "."+TickToken):
+	if !strings.HasSuffix(subject, "."+TickToken) { // a position: no header lookup
 		return msgPosition
-	case v == WakeValue:
+	}
+	switch hdr.Get(TickHeader) {
+	case "":
+		return msgPosition
+	case WakeValue:
 		return msgWake
 	}
 	return msgTick
+}
+
+// entryOf is the entry of the partition's log (engine.Apply) a message
+// stored at ms is: a tick applies the idle rule at ms, a position arrives
+// at ms (its topic built in *topic, reused), and a wake-up is none (false).
+// The owner and every replay of the stream go through it.
+func entryOf(subject string, hdr nats.Header, data []byte, ms int64, topic *[]byte) (wal.Entry, bool) {
+	switch kindOf(subject, hdr) {
+	case msgWake:
+		return wal.Entry{}, false
+	case msgTick:
+		return wal.Entry{Kind: wal.KindTick, Arrival: ms}, true
+	}
+	*topic = appendMQTTTopic((*topic)[:0], subject)
+	return wal.Entry{Kind: wal.KindPosition, Arrival: ms, Topic: string(*topic), Payload: data}, true
 }
 
 // apply hands one message of the partition to the engine as an entry of
@@ -355,17 +372,13 @@ func kindOf(subject string, hdr nats.Header) msgKind {
 // of a rejected record's key.
 func (t *term) apply(subject string, hdr nats.Header, data []byte, seq uint64, ts time.Time) {
 	ms := ts.UnixMilli()
-	switch kindOf(subject, hdr) {
-	case msgWake:
+	e, ok := entryOf(subject, hdr, data, ms, &t.topicBuf)
+	if !ok {
 		t.last = seq
 		t.p.processed.Store(seq)
 		return
-	case msgTick:
-		t.eng.Apply(seq, wal.Entry{Kind: wal.KindTick, Arrival: ms})
-	default:
-		t.topicBuf = appendMQTTTopic(t.topicBuf[:0], subject)
-		t.eng.Apply(seq, wal.Entry{Kind: wal.KindPosition, Arrival: ms, Topic: string(t.topicBuf), Payload: data})
 	}
+	t.eng.Apply(seq, e)
 	t.last = seq
 	t.p.processed.Store(seq)
 	t.p.applied.Add(1)
