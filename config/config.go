@@ -33,6 +33,10 @@ type Config struct {
 	// Market names the market in subjects, keys and defaults. Required,
 	// [a-z0-9_-]{1,32}.
 	Market string
+	// Timezone is the market's IANA time zone name (yaml timezone): its
+	// calendar day for the lake's date partitions and `edgeproc daily`,
+	// and the clock the fleet board shows. Default "UTC". See Location.
+	Timezone string
 	// Source is where positions come from (yaml source): "mqtt" (the
 	// MQTT section, a local write-ahead log) or "jetstream" (a stream's
 	// partition subjects, see JetStream). Default "mqtt".
@@ -47,6 +51,7 @@ type Config struct {
 	State     State
 	HTTP      HTTP
 	Limits    Limits
+	Lake      Lake
 	Log       Log
 }
 
@@ -84,7 +89,22 @@ type MQTT struct {
 	// broker's message_size_limit at or below it. Default 1MiB; 1KiB to
 	// 256MiB.
 	MaxPacketSize int
+	// Format is how a payload becomes a position (yaml format; contract §2,
+	// Input formats): "edgeproc" (the contract's JSON object) or
+	// "owntracks" (the OwnTracks app's location messages, the courier
+	// taken from the topic). Default "edgeproc".
+	Format string
+	// OwnTracksCourier is which topic level of owntracks/USER/DEVICE names
+	// the courier with format owntracks (yaml owntracks_courier): "user"
+	// (the first + of Topic) or "device" (the second). Default "user".
+	OwnTracksCourier string
 }
+
+// Formats are the accepted values of mqtt.format.
+var Formats = []string{"edgeproc", "owntracks"}
+
+// OwnTracksCouriers are the accepted values of mqtt.owntracks_courier.
+var OwnTracksCouriers = []string{"user", "device"}
 
 // Ingests are the accepted values of jetstream.ingest.
 var Ingests = []string{"gateway", "mqtt"}
@@ -382,6 +402,21 @@ type Limits struct {
 	MaxCouriers int
 }
 
+// Lake keeps every accepted position as Parquet files (yaml key lake;
+// contract §7, The lake), for `edgeproc daily` and the data team.
+type Lake struct {
+	// Dir is the lake's root: positions go under
+	// Dir/positions/market=MARKET/date=YYYY-MM-DD/, daily tables under
+	// Dir/daily/. Default empty: no lake.
+	Dir string
+	// RollInterval is the longest a position waits in memory before its
+	// file is written (yaml roll_interval). Default 10m; > 0.
+	RollInterval time.Duration
+	// Retention deletes date folders older than this (yaml retention).
+	// Default 0: kept for ever; else a whole number of days (24h, 720h).
+	Retention time.Duration
+}
+
 // Log is the process's logging (yaml key log). It is process-wide: with
 // several markets, the most verbose level of their files applies (see
 // LogLevel); `edgeproc run --log-level` overrides it. The format (text or
@@ -401,7 +436,8 @@ var LogLevels = []string{"debug", "info", "warn", "error"}
 // are left empty: Parse fills them once the market is known, where the file did not set them.
 func Default() Config {
 	return Config{
-		Source: "mqtt",
+		Source:   "mqtt",
+		Timezone: DefaultTimezone,
 		JetStream: JetStream{
 			Partitions: DefaultPartitions,
 			PinTTL:     DefaultPinTTL,
@@ -410,9 +446,11 @@ func Default() Config {
 			Ingest:     "mqtt",
 		},
 		MQTT: MQTT{
-			URL:           DefaultMQTTURL,
-			SessionExpiry: DefaultSessionExpiry,
-			MaxPacketSize: DefaultMaxPacketSize,
+			URL:              DefaultMQTTURL,
+			SessionExpiry:    DefaultSessionExpiry,
+			MaxPacketSize:    DefaultMaxPacketSize,
+			Format:           "edgeproc",
+			OwnTracksCourier: "user",
 		},
 		NATS: NATS{
 			URL:             DefaultNATSURL,
@@ -438,6 +476,7 @@ func Default() Config {
 		State:     State{CheckpointInterval: 10 * time.Second, WALSync: "batch", WALBatchInterval: 40 * time.Millisecond, WALBatchMax: 1024},
 		HTTP:      HTTP{Listen: DefaultListen, Board: true},
 		Limits:    Limits{MaxCouriers: DefaultMaxCouriers},
+		Lake:      Lake{RollInterval: DefaultLakeRollInterval},
 		Log:       Log{Level: "info"},
 	}
 }
@@ -627,6 +666,17 @@ func (c *Config) fillMarketDefaults(set map[string]int) []string {
 	fill("jetstream.subject", &c.JetStream.Subject, "part."+c.Market+"."+PartitionToken+".*")
 	fill("jetstream.consumer", &c.JetStream.Consumer, "edgeproc-"+c.Market)
 	return filled
+}
+
+// Location is the market's time zone, Timezone loaded. Validate has
+// checked that it loads; a Config that did not pass Validate gets UTC
+// for a name it cannot load.
+func (c Config) Location() *time.Location {
+	loc, err := time.LoadLocation(c.Timezone)
+	if err != nil || c.Timezone == "" {
+		return time.UTC
+	}
+	return loc
 }
 
 // Password returns the MQTT password: the value of the environment variable

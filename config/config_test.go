@@ -32,6 +32,7 @@ func jetStreamDefaults(upper, market string) JetStream {
 func contractGirona() Config {
 	return Config{
 		Market:    "girona",
+		Timezone:  "UTC",
 		Source:    "mqtt",
 		JetStream: jetStreamDefaults("GIRONA", "girona"),
 		MQTT: MQTT{
@@ -40,6 +41,9 @@ func contractGirona() Config {
 			ClientID:      "edgeproc-girona",
 			SessionExpiry: 24 * time.Hour,
 			MaxPacketSize: 1 << 20, // the project's: 1 MiB
+			Format:        "edgeproc",
+			// the project's: the first + of owntracks/+/+
+			OwnTracksCourier: "user",
 		},
 		NATS: NATS{
 			URL:             "nats://127.0.0.1:4222",
@@ -66,6 +70,7 @@ func contractGirona() Config {
 		State:     State{Dir: "./state/girona", CheckpointInterval: 10 * time.Second, WALSync: "batch", WALBatchInterval: 40 * time.Millisecond, WALBatchMax: 1024},
 		HTTP:      HTTP{Listen: "127.0.0.1:9464", Board: true},
 		Limits:    Limits{MaxCouriers: 200_000},
+		Lake:      Lake{RollInterval: 10 * time.Minute},
 		Log:       Log{Level: "info"},
 	}
 }
@@ -130,6 +135,7 @@ func TestLoad_Testdata(t *testing.T) {
 
 	valencia := Config{
 		Market:    "valencia",
+		Timezone:  "Europe/Madrid",
 		Source:    "mqtt",
 		JetStream: jetStreamDefaults("VALENCIA", "valencia"),
 		MQTT: MQTT{
@@ -141,6 +147,7 @@ func TestLoad_Testdata(t *testing.T) {
 			CAFile:        "/etc/edgeproc/km0-ca.pem",
 			SessionExpiry: 24 * time.Hour,
 			MaxPacketSize: 256 << 10,
+			Format:        "owntracks", OwnTracksCourier: "device",
 		},
 		NATS: NATS{URL: "embedded", SubjectPrefix: "km0.delivery", Stream: "EDGEPROC_VALENCIA", DuplicateWindow: 10 * time.Minute, KVInterval: 5 * time.Second,
 			MaxAge: 12 * time.Hour, MaxBytes: 2 << 30},
@@ -154,6 +161,7 @@ func TestLoad_Testdata(t *testing.T) {
 		State:     State{Dir: "./state/valencia", CheckpointInterval: 30 * time.Second, WALSync: "always", WALBatchInterval: 40 * time.Millisecond, WALBatchMax: 1024},
 		HTTP:      HTTP{Listen: "127.0.0.1:9465", Board: false, BoardTiles: "http://tiles.valencia.lan/{z}/{x}/{y}.png", Pprof: true},
 		Limits:    Limits{MaxCouriers: 200_000},
+		Lake:      Lake{Dir: "/var/lib/edgeproc/lake", RollInterval: 5 * time.Minute, Retention: 90 * 24 * time.Hour},
 		Log:       Log{Level: "debug"},
 	}
 	for _, tt := range []struct {

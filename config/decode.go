@@ -86,6 +86,7 @@ func (d *decoder) decode(r io.Reader, c *Config) {
 	d.fatal = false
 	d.mapping("", root, []field{
 		{"market", d.str(&c.Market)},
+		{"timezone", d.str(&c.Timezone)},
 		{"source", d.str(&c.Source)},
 		{"jetstream", d.section([]field{
 			{"stream", d.str(&c.JetStream.Stream)},
@@ -109,6 +110,8 @@ func (d *decoder) decode(r io.Reader, c *Config) {
 			{"ca_file", d.str(&c.MQTT.CAFile)},
 			{"session_expiry", d.duration(&c.MQTT.SessionExpiry)},
 			{"max_packet_size", d.sizeInt(&c.MQTT.MaxPacketSize)},
+			{"format", d.str(&c.MQTT.Format)},
+			{"owntracks_courier", d.str(&c.MQTT.OwnTracksCourier)},
 		})},
 		{"nats", d.section([]field{
 			{"url", d.str(&c.NATS.URL)},
@@ -160,6 +163,11 @@ func (d *decoder) decode(r io.Reader, c *Config) {
 		})},
 		{"limits", d.section([]field{
 			{"max_couriers", d.int(&c.Limits.MaxCouriers)},
+		})},
+		{"lake", d.section([]field{
+			{"dir", d.str(&c.Lake.Dir)},
+			{"roll_interval", d.duration(&c.Lake.RollInterval)},
+			{"retention", d.duration(&c.Lake.Retention)},
 		})},
 		{"log", d.section([]field{
 			{"level", d.str(&c.Log.Level)},

@@ -47,6 +47,11 @@ const (
 	// restores.
 	DefaultPositionsMaxAge = 24 * time.Hour
 
+	// DefaultTimezone is timezone: the market's calendar day.
+	DefaultTimezone = "UTC"
+	// DefaultLakeRollInterval is lake.roll_interval.
+	DefaultLakeRollInterval = 10 * time.Minute
+
 	// DefaultDrainTimeout bounds a shutdown's wait for the acks of the
 	// results still on their way, in both sources.
 	DefaultDrainTimeout = 10 * time.Second

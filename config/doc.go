@@ -8,6 +8,7 @@
 // value is null (`topic:` with nothing after it) keeps its default.
 //
 //	market: girona                  # required, [a-z0-9_-]{1,32}
+//	timezone: Europe/Madrid         # IANA name, default UTC: the market's calendar day (lake, daily, board)
 //	source: mqtt                    # mqtt (default) or jetstream: the partitioned stream below
 //	jetstream:                      # only used with source: jetstream (docs/scale-out.md)
 //	  stream: POSITIONS_GIRONA      # default POSITIONS_ + upper(MARKET); created if missing
@@ -30,6 +31,8 @@
 //	  ca_file: /etc/ssl/km0-ca.pem  # PEM CA bundle, mqtts:// only; optional (system pool)
 //	  session_expiry: 24h           # broker keeps the session this long; whole seconds
 //	  max_packet_size: 1MiB         # largest payload delivered, bytes (1KiB..256MiB); announced in CONNECT
+//	  format: edgeproc              # edgeproc (contract §2) or owntracks (the OwnTracks app's location messages)
+//	  owntracks_courier: user       # owntracks: the courier is the topic's USER (default) or DEVICE level
 //	nats:
 //	  url: nats://127.0.0.1:4222    # nats://, tls:// (comma-separated list allowed) or "embedded"
 //	  subject_prefix: delivery      # -> delivery.dashboard.girona.distance, ...
@@ -67,6 +70,10 @@
 //	  web_config: ""                # optional: TLS and basic-auth users (Prometheus exporter web config file) for every endpoint
 //	limits:
 //	  max_couriers: 200000          # > 0; couriers tracked at most; beyond: courier_limit
+//	lake:                           # every accepted position as Parquet (contract §7)
+//	  dir: ""                       # default empty: no lake; else DIR/positions/market=M/date=D/
+//	  roll_interval: 10m            # > 0; a position is in a file at most this long after it arrives
+//	  retention: 0                  # 0 = keep; else whole days (720h): older date folders are deleted
 //	log:
 //	  level: info                   # debug, info, warn or error; process-wide (most verbose file wins)
 //

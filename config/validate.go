@@ -12,6 +12,10 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	// The zone database in the binary: timezone must load in a container
+	// without /usr/share/zoneinfo too.
+	_ "time/tzdata"
 )
 
 // MaxWindowsPerPosition bounds windows.size / windows.slide (rounded up):
@@ -46,6 +50,9 @@ func (c Config) validate() []*FieldError {
 		v.add("market", "", ErrRequired, "")
 	case !marketRe.MatchString(c.Market):
 		v.add("market", c.Market, ErrInvalid, "must be 1 to 32 of [a-z0-9_-]")
+	}
+	if _, err := time.LoadLocation(c.Timezone); err != nil || c.Timezone == "" {
+		v.add("timezone", c.Timezone, ErrInvalid, "must be an IANA time zone name such as UTC or Europe/Madrid")
 	}
 	if !slices.Contains(Sources, c.Source) {
 		v.add("source", c.Source, ErrInvalid, "must be one of "+strings.Join(Sources, ", "))
@@ -93,6 +100,12 @@ func (c Config) validate() []*FieldError {
 		v.add("limits.max_couriers", strconv.Itoa(c.Limits.MaxCouriers), ErrNotPositive, "must be positive")
 	}
 	v.tiles("http.board_tiles", c.HTTP.BoardTiles)
+	if v.positive("lake.roll_interval", c.Lake.RollInterval) && c.Lake.RollInterval%time.Millisecond != 0 {
+		v.add("lake.roll_interval", c.Lake.RollInterval.String(), ErrInvalid, "must be a whole number of milliseconds")
+	}
+	if r := c.Lake.Retention; r < 0 || r%(24*time.Hour) != 0 {
+		v.add("lake.retention", r.String(), ErrInvalid, "must be 0 (keep for ever) or a whole number of days (24h, 720h)")
+	}
 	if !slices.Contains(LogLevels, c.Log.Level) {
 		v.add("log.level", c.Log.Level, ErrInvalid, "must be one of "+strings.Join(LogLevels, ", "))
 	}
@@ -142,6 +155,12 @@ func (m MQTT) validate(v *validator) {
 	if m.MaxPacketSize < MinMaxPacketSize || m.MaxPacketSize > MaxMaxPacketSize {
 		v.add("mqtt.max_packet_size", strconv.Itoa(m.MaxPacketSize), ErrOutOfRange,
 			fmt.Sprintf("must be between %d (1KiB) and %d (256MiB) bytes", MinMaxPacketSize, MaxMaxPacketSize))
+	}
+	if !slices.Contains(Formats, m.Format) {
+		v.add("mqtt.format", m.Format, ErrInvalid, "must be one of "+strings.Join(Formats, ", "))
+	}
+	if !slices.Contains(OwnTracksCouriers, m.OwnTracksCourier) {
+		v.add("mqtt.owntracks_courier", m.OwnTracksCourier, ErrInvalid, "must be one of "+strings.Join(OwnTracksCouriers, ", "))
 	}
 	if m.CAFile != "" && scheme != "mqtts" {
 		v.add("mqtt.ca_file", m.CAFile, ErrInvalid, "is only used with an mqtts:// url")

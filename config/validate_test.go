@@ -359,3 +359,44 @@ func TestValidate_JetStreamSectionOnlyForItsSource(t *testing.T) {
 		t.Fatalf("jetstream source with an empty jetstream section: %v", fes)
 	}
 }
+
+func TestValidate_TimezoneFormatLake(t *testing.T) {
+	tests := []struct {
+		name  string
+		edit  func(*Config)
+		field string // "" = valid
+	}{
+		{"madrid", func(c *Config) { c.Timezone = "Europe/Madrid" }, ""},
+		{"unknown zone", func(c *Config) { c.Timezone = "Europe/Girona" }, "timezone"},
+		{"empty zone", func(c *Config) { c.Timezone = "" }, "timezone"},
+		{"owntracks by device", func(c *Config) { c.MQTT.Format, c.MQTT.OwnTracksCourier = "owntracks", "device" }, ""},
+		{"unknown format", func(c *Config) { c.MQTT.Format = "traccar" }, "mqtt.format"},
+		{"unknown level", func(c *Config) { c.MQTT.OwnTracksCourier = "tid" }, "mqtt.owntracks_courier"},
+		{"lake kept 30 days", func(c *Config) { c.Lake.Dir, c.Lake.Retention = "/lake", 720 * time.Hour }, ""},
+		{"retention of hours", func(c *Config) { c.Lake.Retention = 36 * time.Hour }, "lake.retention"},
+		{"negative retention", func(c *Config) { c.Lake.Retention = -24 * time.Hour }, "lake.retention"},
+		{"no roll", func(c *Config) { c.Lake.RollInterval = 0 }, "lake.roll_interval"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := contractGirona()
+			tt.edit(&c)
+			fes := FieldErrors(c.Validate())
+			switch {
+			case tt.field == "" && len(fes) > 0:
+				t.Fatalf("got %v, want valid", fes)
+			case tt.field != "" && (len(fes) != 1 || fes[0].Field != tt.field):
+				t.Fatalf("got %v, want one error on %s", fes, tt.field)
+			}
+		})
+	}
+}
+
+func TestLocation(t *testing.T) {
+	c := contractGirona()
+	c.Timezone = "Europe/Madrid"
+	// 2026-03-29 01:30 UTC is 03:30 in Madrid: the daylight-saving change.
+	if got := time.Date(2026, 3, 29, 1, 30, 0, 0, time.UTC).In(c.Location()).Hour(); got != 3 {
+		t.Errorf("got hour %d in Madrid, want 3", got)
+	}
+}
