@@ -25,11 +25,11 @@ import (
 	"sync/atomic"
 
 	"github.com/km0/edgeproc/config"
+	"github.com/km0/edgeproc/entry"
 	"github.com/km0/edgeproc/geo"
 	"github.com/km0/edgeproc/internal/tmath"
 	"github.com/km0/edgeproc/position"
 	"github.com/km0/edgeproc/result"
-	"github.com/km0/edgeproc/wal"
 	"github.com/km0/edgeproc/watermark"
 	"github.com/km0/edgeproc/window"
 )
@@ -341,21 +341,21 @@ func (e *Engine) Tick(now int64) {
 // listen says the source could hear from then on. Every source applies
 // its log through here, live and when a recovery or a new owner replays
 // it.
-func (e *Engine) Apply(index uint64, en wal.Entry) {
+func (e *Engine) Apply(index uint64, en entry.Entry) {
 	switch en.Kind {
-	case wal.KindPosition:
+	case entry.Position:
 		in := EntryInput(index, en)
 		e.Push(&in)
-	case wal.KindTick:
+	case entry.Tick:
 		e.Tick(en.Arrival)
-	case wal.KindListen:
+	case entry.Listen:
 		e.Listen(en.Arrival)
 	}
 }
 
 // EntryInput is the input a position entry of a log is, at its place
 // index.
-func EntryInput(index uint64, en wal.Entry) Input {
+func EntryInput(index uint64, en entry.Entry) Input {
 	return Input{Payload: en.Payload, Topic: en.Topic, Arrival: en.Arrival, HasArrival: true, Line: int64(index)}
 }
 

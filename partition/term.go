@@ -18,9 +18,9 @@ import (
 
 	"github.com/km0/edgeproc/checkpoint"
 	"github.com/km0/edgeproc/engine"
+	"github.com/km0/edgeproc/entry"
 	"github.com/km0/edgeproc/output"
 	"github.com/km0/edgeproc/result"
-	"github.com/km0/edgeproc/wal"
 )
 
 // errFenced is why a fenced term records nothing.
@@ -354,15 +354,15 @@ func kindOf(subject string, hdr nats.Header) msgKind {
 // stored at ms is: a tick applies the idle rule at ms, a position arrives
 // at ms (its topic built in *topic, reused), and a wake-up is none (false).
 // The owner and every replay of the stream go through it.
-func entryOf(subject string, hdr nats.Header, data []byte, ms int64, topic *[]byte) (wal.Entry, bool) {
+func entryOf(subject string, hdr nats.Header, data []byte, ms int64, topic *[]byte) (entry.Entry, bool) {
 	switch kindOf(subject, hdr) {
 	case msgWake:
-		return wal.Entry{}, false
+		return entry.Entry{}, false
 	case msgTick:
-		return wal.Entry{Kind: wal.KindTick, Arrival: ms}, true
+		return entry.Entry{Kind: entry.Tick, Arrival: ms}, true
 	}
 	*topic = appendMQTTTopic((*topic)[:0], subject)
-	return wal.Entry{Kind: wal.KindPosition, Arrival: ms, Topic: string(*topic), Payload: data}, true
+	return entry.Entry{Kind: entry.Position, Arrival: ms, Topic: string(*topic), Payload: data}, true
 }
 
 // apply hands one message of the partition to the engine as an entry of

@@ -8,6 +8,7 @@ import (
 
 	"github.com/km0/edgeproc/checkpoint"
 	"github.com/km0/edgeproc/engine"
+	"github.com/km0/edgeproc/entry"
 	"github.com/km0/edgeproc/result"
 	"github.com/km0/edgeproc/wal"
 )
@@ -60,7 +61,7 @@ func BenchmarkDurableIngest(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
 		p := ps[i%len(ps)]
-		if _, err := log.Append(wal.Entry{Arrival: 1, Topic: "t", Payload: p}, func(idx uint64, err error) {
+		if _, err := log.Append(entry.Entry{Arrival: 1, Topic: "t", Payload: p}, func(idx uint64, err error) {
 			in <- item{idx, p}
 		}); err != nil {
 			b.Fatal(err)
@@ -137,7 +138,7 @@ func BenchmarkRecoveryReplay(b *testing.B) {
 		b.Fatal(err)
 	}
 	for _, p := range payloads(n, 1000) {
-		if _, err := log.Append(wal.Entry{Arrival: 1_726_308_000_000, Topic: "t", Payload: p}, nil); err != nil {
+		if _, err := log.Append(entry.Entry{Arrival: 1_726_308_000_000, Topic: "t", Payload: p}, nil); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -152,7 +153,7 @@ func BenchmarkRecoveryReplay(b *testing.B) {
 			b.Fatal(err)
 		}
 		eng := engine.New(benchEngineConfig(), func([]result.Record) {})
-		err = log.Replay(1, func(i uint64, e wal.Entry) error {
+		err = log.Replay(1, func(i uint64, e entry.Entry) error {
 			eng.Push(&engine.Input{Payload: e.Payload, Topic: e.Topic, Arrival: e.Arrival, HasArrival: true, Line: int64(i)})
 			entries++
 			return nil

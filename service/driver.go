@@ -8,8 +8,8 @@ import (
 
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/engine"
+	"github.com/km0/edgeproc/entry"
 	"github.com/km0/edgeproc/mqtt"
-	"github.com/km0/edgeproc/wal"
 )
 
 // durable is a log entry that is on disk, on its way to the driver, with
@@ -17,7 +17,7 @@ import (
 // replayed entries).
 type durable struct {
 	index uint64
-	e     wal.Entry
+	e     entry.Entry
 	msg   *mqtt.Message
 	err   error // the log could not make the entry durable
 }
@@ -75,15 +75,15 @@ func (d *driver) replayed() {
 // rejected record's key, a tick applies the idle rule at its arrival, a
 // listen says the source (re)started listening then, so the silence
 // before it was deafness, not evidence (contract §3).
-func (d *driver) apply(index uint64, e wal.Entry) {
-	if d.record != nil && e.Kind == wal.KindPosition {
+func (d *driver) apply(index uint64, e entry.Entry) {
+	if d.record != nil && e.Kind == entry.Position {
 		d.record(d.cfg.Market, engine.EntryInput(index, e))
 	}
 	d.eng.Apply(index, e)
 	switch e.Kind {
-	case wal.KindPosition:
+	case entry.Position:
 		d.changed = true
-	case wal.KindTick:
+	case entry.Tick:
 		d.tickPending = false
 		d.changed = true
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/km0/edgeproc/checkpoint"
 	"github.com/km0/edgeproc/engine"
+	"github.com/km0/edgeproc/entry"
 	"github.com/km0/edgeproc/metrics"
 	"github.com/km0/edgeproc/wal"
 )
@@ -215,7 +216,7 @@ func (m *market) recover(ecfg engine.Config) error {
 	d := m.drv
 	d.restore(eng, tag)
 	var n, lastArrival int64
-	err = log.Replay(tag+1, func(i uint64, e wal.Entry) error {
+	err = log.Replay(tag+1, func(i uint64, e entry.Entry) error {
 		lastArrival = max(lastArrival, e.Arrival)
 		d.apply(i, e)
 		n++

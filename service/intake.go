@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/km0/edgeproc/entry"
 	"github.com/km0/edgeproc/internal/ratelog"
 	"github.com/km0/edgeproc/mqtt"
 	"github.com/km0/edgeproc/wal"
@@ -75,7 +76,7 @@ func (in *intake) observeLocked() (now int64, deaf bool) {
 // listenLocked logs that the market hears from now on.
 func (in *intake) listenLocked() {
 	in.heard = in.now
-	in.appendLocked(wal.Entry{Kind: wal.KindListen, Arrival: in.now}, nil)
+	in.appendLocked(entry.Entry{Kind: entry.Listen, Arrival: in.now}, nil)
 }
 
 // resume says the log's entries, replayed at start, arrived up to
@@ -124,7 +125,7 @@ func (in *intake) handle(msg *mqtt.Message) {
 		}
 	}
 	in.heard = in.now
-	in.appendLocked(wal.Entry{Arrival: in.now, Topic: msg.Topic, Payload: msg.Payload}, msg)
+	in.appendLocked(entry.Entry{Arrival: in.now, Topic: msg.Topic, Payload: msg.Payload}, msg)
 }
 
 // watch looks at the clocks and the connection every tickEvery until stop
@@ -168,12 +169,12 @@ func (in *intake) tick(idle int64) bool {
 	if now-in.heard < idle {
 		return false
 	}
-	in.appendLocked(wal.Entry{Kind: wal.KindTick, Arrival: now}, nil)
+	in.appendLocked(entry.Entry{Kind: entry.Tick, Arrival: now}, nil)
 	return true
 }
 
 // appendLocked appends e; the log's goroutine hands it on once durable.
-func (in *intake) appendLocked(e wal.Entry, msg *mqtt.Message) {
+func (in *intake) appendLocked(e entry.Entry, msg *mqtt.Message) {
 	_, err := in.wal.Append(e, func(i uint64, err error) {
 		in.durable(durable{index: i, e: e, msg: msg, err: err})
 	})

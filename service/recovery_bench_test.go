@@ -22,6 +22,7 @@ import (
 	"github.com/km0/edgeproc/checkpoint"
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/engine"
+	"github.com/km0/edgeproc/entry"
 	"github.com/km0/edgeproc/internal/testenv"
 	"github.com/km0/edgeproc/result"
 	"github.com/km0/edgeproc/service"
@@ -189,7 +190,7 @@ func buildRecoveryState(b *testing.B, cfg config.Config) recoveryState {
 	}
 
 	var last uint64
-	apply := func(e wal.Entry) {
+	apply := func(e entry.Entry) {
 		i, err := log.Append(e, nil)
 		if err != nil {
 			b.Fatal(err)
@@ -216,7 +217,7 @@ func buildRecoveryState(b *testing.B, cfg config.Config) recoveryState {
 		lon := 2.80 + float64(c/500)*0.001
 		payload = fmt.Appendf(payload[:0], `{"courier":"%s","lat":%.6f,"lon":%.6f,"timestamp_ms":%d,"accuracy_m":8}`,
 			courierName(c), lat, lon, ts)
-		apply(wal.Entry{Arrival: ts + 300, Topic: topics[c], Payload: payload})
+		apply(entry.Entry{Arrival: ts + 300, Topic: topics[c], Payload: payload})
 	}
 	run := func(from, to int64) { // every active courier's fixes in [from, to), in arrival order
 		for ts := from; ts < to; ts += 100 {
@@ -232,7 +233,7 @@ func buildRecoveryState(b *testing.B, cfg config.Config) recoveryState {
 	}
 
 	// The intake logs a listen before the first message of a connection.
-	apply(wal.Entry{Kind: wal.KindListen, Arrival: origin})
+	apply(entry.Entry{Kind: entry.Listen, Arrival: origin})
 	// The idle couriers sent one fix each, half an hour before the
 	// checkpoint, over one minute.
 	for k := range r200kIdle {

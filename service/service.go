@@ -17,7 +17,7 @@
 // that a recovery could not see again with the same arrival: every log
 // entry, live or replayed, goes through one driver.apply.
 //
-// Entries are of three kinds (wal.Kind): a position (an MQTT message as
+// Entries are of three kinds (entry.Kind): a position (an MQTT message as
 // received), a tick (the idle rule applied at its arrival), and a listen
 // (contract §3, deaf is not silent): the intake logs one before the first
 // message of every new MQTT connection, or as soon as its subscription is

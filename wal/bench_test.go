@@ -5,10 +5,12 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/km0/edgeproc/entry"
 )
 
 // benchEntry is a position-sized entry: ~100-byte payload.
-var benchEntry = Entry{
+var benchEntry = entry.Entry{
 	Arrival: 1726308298123,
 	Topic:   "couriers/bcn/van-3/pos",
 	Payload: []byte(`{"courier":"van-3","lat":41.97941,"lon":2.82142,"timestamp_ms":1726308298000,"accuracy_m":8.5}`),
@@ -82,7 +84,7 @@ func BenchmarkReplay(b *testing.B) {
 	b.ReportAllocs()
 	var total int
 	for b.Loop() {
-		err := l.Replay(0, func(_ uint64, e Entry) error {
+		err := l.Replay(0, func(_ uint64, e entry.Entry) error {
 			total += len(e.Payload)
 			return nil
 		})

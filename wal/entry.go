@@ -5,55 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+
+	"github.com/km0/edgeproc/entry"
 )
-
-// Kind says what an Entry records. Its values are part of the frame
-// format: never renumber them.
-type Kind uint8
-
-const (
-	// KindPosition is an arrived MQTT message (Topic, Payload). It is the
-	// zero value.
-	KindPosition Kind = 0
-	// KindTick is an idle advance of processing time to Arrival; Topic and
-	// Payload are normally empty.
-	KindTick Kind = 1
-	// KindListen records that the source (re)started listening at Arrival
-	// (contract §3, deaf is not silent): the silence before it does not
-	// count for the idle rule. Topic and Payload are empty.
-	KindListen Kind = 2
-
-	numKinds = 3 // kinds this binary knows: [0, numKinds)
-)
-
-func (k Kind) String() string {
-	switch k {
-	case KindPosition:
-		return "position"
-	case KindTick:
-		return "tick"
-	case KindListen:
-		return "listen"
-	}
-	return fmt.Sprintf("Kind(%d)", uint8(k))
-}
-
-// Entry is one record of the log: an arrived MQTT message, an idle tick or
-// a listen.
-type Entry struct {
-	// Kind is what the entry records. Default KindPosition.
-	Kind Kind
-	// Arrival is the processing time at which the message arrived, in Unix
-	// milliseconds.
-	Arrival int64
-	// Topic is the MQTT topic the message was published on.
-	Topic string
-	// Payload is the message body, as received. Entries handed out by
-	// Replay alias the log's read buffer: the bytes are never modified, but
-	// keeping the slice keeps a whole segment in memory, so copy it to keep
-	// it.
-	Payload []byte
-}
 
 // Frame layout inside one tidwall/wal entry, version 2 (written):
 //
@@ -119,7 +73,7 @@ func (e *CorruptError) Unwrap() error { return e.Err }
 func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
 
 // appendFrame appends the framed encoding of e to dst.
-func appendFrame(dst []byte, e Entry) []byte {
+func appendFrame(dst []byte, e entry.Entry) []byte {
 	start := len(dst)
 	dst = append(dst, frameVersion, 0, 0, 0, 0, byte(e.Kind))
 	dst = binary.AppendVarint(dst, e.Arrival)
@@ -135,9 +89,9 @@ func appendFrame(dst []byte, e Entry) []byte {
 // of an older binary. The returned Payload aliases b. Only canonical
 // encodings are accepted, so a version-2 frame decodes if and only if
 // appendFrame would have written exactly those bytes.
-func decodeFrame(index uint64, b []byte) (Entry, error) {
-	fail := func(cause error) (Entry, error) {
-		return Entry{}, &CorruptError{Offset: -1, Index: index, Err: cause}
+func decodeFrame(index uint64, b []byte) (entry.Entry, error) {
+	fail := func(cause error) (entry.Entry, error) {
+		return entry.Entry{}, &CorruptError{Offset: -1, Index: index, Err: cause}
 	}
 	if len(b) < headerSize {
 		return fail(fmt.Errorf("%w: %d bytes, need at least %d", ErrMalformed, len(b), headerSize))
@@ -149,12 +103,12 @@ func decodeFrame(index uint64, b []byte) (Entry, error) {
 	if got, want := crc32.Checksum(body, castagnoli), binary.LittleEndian.Uint32(b[1:]); got != want {
 		return fail(fmt.Errorf("%w: computed %08x, stored %08x", ErrChecksum, got, want))
 	}
-	kind := KindPosition
+	kind := entry.Position
 	if b[0] == frameVersion {
-		if len(body) == 0 || body[0] >= numKinds {
+		if len(body) == 0 || body[0] >= entry.Kinds {
 			return fail(fmt.Errorf("%w: missing or unknown kind", ErrMalformed))
 		}
-		kind, body = Kind(body[0]), body[1:]
+		kind, body = entry.Kind(body[0]), body[1:]
 	}
 	// Past the CRC only a bug in appendFrame could make these fail; they are
 	// checked anyway so no input can make decoding panic.
@@ -168,14 +122,14 @@ func decodeFrame(index uint64, b []byte) (Entry, error) {
 		return fail(fmt.Errorf("%w: bad topic length", ErrMalformed))
 	}
 	body = body[n:]
-	e := Entry{
+	e := entry.Entry{
 		Kind:    kind,
 		Arrival: arrival,
 		Topic:   string(body[:tlen]),
 		Payload: body[tlen:len(body):len(body)],
 	}
 	if b[0] == frameVersionV1 && e.Topic == "" && len(e.Payload) == 0 {
-		e.Kind = KindTick
+		e.Kind = entry.Tick
 	}
 	return e, nil
 }

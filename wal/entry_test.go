@@ -8,22 +8,24 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/km0/edgeproc/entry"
 )
 
 func TestFrame_RoundTrip(t *testing.T) {
 	tests := []struct {
 		name string
-		e    Entry
+		e    entry.Entry
 	}{
-		{"typical", Entry{Arrival: 1726308298123, Topic: "couriers/bcn/van-3/pos", Payload: []byte(`{"courier":"van-3","lat":41.9,"lon":2.8}`)}},
-		{"empty", Entry{}},
-		{"empty topic", Entry{Arrival: 1, Payload: []byte("x")}},
-		{"empty payload", Entry{Arrival: 2, Topic: "t"}},
-		{"negative arrival", Entry{Arrival: -5, Topic: "t", Payload: []byte{0}}},
-		{"extreme arrivals", Entry{Arrival: math.MinInt64, Topic: strings.Repeat("t", 300), Payload: bytes.Repeat([]byte{0xff}, 4096)}},
-		{"max arrival", Entry{Arrival: math.MaxInt64}},
-		{"tick", Entry{Kind: KindTick, Arrival: 1726308298123}},
-		{"tick with topic", Entry{Kind: KindTick, Arrival: 3, Topic: "t", Payload: []byte("p")}},
+		{"typical", entry.Entry{Arrival: 1726308298123, Topic: "couriers/bcn/van-3/pos", Payload: []byte(`{"courier":"van-3","lat":41.9,"lon":2.8}`)}},
+		{"empty", entry.Entry{}},
+		{"empty topic", entry.Entry{Arrival: 1, Payload: []byte("x")}},
+		{"empty payload", entry.Entry{Arrival: 2, Topic: "t"}},
+		{"negative arrival", entry.Entry{Arrival: -5, Topic: "t", Payload: []byte{0}}},
+		{"extreme arrivals", entry.Entry{Arrival: math.MinInt64, Topic: strings.Repeat("t", 300), Payload: bytes.Repeat([]byte{0xff}, 4096)}},
+		{"max arrival", entry.Entry{Arrival: math.MaxInt64}},
+		{"tick", entry.Entry{Kind: entry.Tick, Arrival: 1726308298123}},
+		{"tick with topic", entry.Entry{Kind: entry.Tick, Arrival: 3, Topic: "t", Payload: []byte("p")}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -41,7 +43,7 @@ func TestFrame_RoundTrip(t *testing.T) {
 }
 
 func TestFrame_DecodeRejects(t *testing.T) {
-	good := appendFrame(nil, Entry{Arrival: 7, Topic: "a/b", Payload: []byte("hello")})
+	good := appendFrame(nil, entry.Entry{Arrival: 7, Topic: "a/b", Payload: []byte("hello")})
 	mutate := func(f func(b []byte) []byte) []byte {
 		return f(append([]byte(nil), good...))
 	}
@@ -53,7 +55,7 @@ func TestFrame_DecodeRejects(t *testing.T) {
 		{"nil", nil, ErrMalformed},
 		{"short header", good[:4], ErrMalformed},
 		{"version", mutate(func(b []byte) []byte { b[0] = 3; return b }), ErrVersion},
-		{"unknown kind", withCRC(mutate(func(b []byte) []byte { b[headerSize] = numKinds; return b })), ErrMalformed},
+		{"unknown kind", withCRC(mutate(func(b []byte) []byte { b[headerSize] = entry.Kinds; return b })), ErrMalformed},
 		{"no kind byte", withCRC([]byte{frameVersion, 0, 0, 0, 0}), ErrMalformed},
 		{"v1 missing topic length", withCRC([]byte{frameVersionV1, 0, 0, 0, 0, 2}), ErrMalformed},
 		{"zero version (zeroed tail)", make([]byte, 16), ErrVersion},
@@ -87,7 +89,7 @@ func TestFrame_DecodeRejects(t *testing.T) {
 
 // appendFrameV1 writes a version-1 frame, as binaries before entry kinds
 // did: no kind byte (a tick was an empty topic and payload).
-func appendFrameV1(dst []byte, e Entry) []byte {
+func appendFrameV1(dst []byte, e entry.Entry) []byte {
 	start := len(dst)
 	dst = append(dst, frameVersionV1, 0, 0, 0, 0)
 	dst = binary.AppendVarint(dst, e.Arrival)
@@ -100,14 +102,14 @@ func appendFrameV1(dst []byte, e Entry) []byte {
 func TestFrame_ReadsVersion1(t *testing.T) {
 	tests := []struct {
 		name string
-		in   Entry
-		want Kind
+		in   entry.Entry
+		want entry.Kind
 	}{
-		{"position", Entry{Arrival: 1726308298123, Topic: "couriers/bcn/van-3/pos", Payload: []byte(`{"lat":41.9}`)}, KindPosition},
-		{"empty payload is a position", Entry{Arrival: 5, Topic: "t"}, KindPosition},
-		{"empty topic is a position", Entry{Arrival: 5, Payload: []byte("x")}, KindPosition},
-		{"empty topic and payload is a tick", Entry{Arrival: 1726308298123}, KindTick},
-		{"tick at zero", Entry{}, KindTick},
+		{"position", entry.Entry{Arrival: 1726308298123, Topic: "couriers/bcn/van-3/pos", Payload: []byte(`{"lat":41.9}`)}, entry.Position},
+		{"empty payload is a position", entry.Entry{Arrival: 5, Topic: "t"}, entry.Position},
+		{"empty topic is a position", entry.Entry{Arrival: 5, Payload: []byte("x")}, entry.Position},
+		{"empty topic and payload is a tick", entry.Entry{Arrival: 1726308298123}, entry.Tick},
+		{"tick at zero", entry.Entry{}, entry.Tick},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -129,11 +131,11 @@ func withCRC(b []byte) []byte {
 }
 
 func FuzzDecodeFrame(f *testing.F) {
-	f.Add(appendFrame(nil, Entry{Arrival: 1726308298123, Topic: "couriers/bcn/van-3/pos", Payload: []byte(`{"lat":41.9}`)}))
-	f.Add(appendFrame(nil, Entry{}))
-	f.Add(appendFrame(nil, Entry{Kind: KindTick, Arrival: 1726308298123}))
-	f.Add(appendFrameV1(nil, Entry{Arrival: 1726308298123, Topic: "t", Payload: []byte("p")}))
-	f.Add(appendFrameV1(nil, Entry{Arrival: 1726308298123}))
+	f.Add(appendFrame(nil, entry.Entry{Arrival: 1726308298123, Topic: "couriers/bcn/van-3/pos", Payload: []byte(`{"lat":41.9}`)}))
+	f.Add(appendFrame(nil, entry.Entry{}))
+	f.Add(appendFrame(nil, entry.Entry{Kind: entry.Tick, Arrival: 1726308298123}))
+	f.Add(appendFrameV1(nil, entry.Entry{Arrival: 1726308298123, Topic: "t", Payload: []byte("p")}))
+	f.Add(appendFrameV1(nil, entry.Entry{Arrival: 1726308298123}))
 	f.Add([]byte{})
 	f.Add(make([]byte, 12))
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -150,7 +152,7 @@ func FuzzDecodeFrame(f *testing.F) {
 		enc := appendFrame
 		if data[0] == frameVersionV1 {
 			enc = appendFrameV1
-			if wantTick := e.Topic == "" && len(e.Payload) == 0; (e.Kind == KindTick) != wantTick {
+			if wantTick := e.Topic == "" && len(e.Payload) == 0; (e.Kind == entry.Tick) != wantTick {
 				t.Fatalf("v1 frame decoded as %v, topic %q, %d payload bytes", e.Kind, e.Topic, len(e.Payload))
 			}
 		}
@@ -165,7 +167,7 @@ func FuzzFrameRoundTrip(f *testing.F) {
 	f.Add(uint8(1), int64(-1), "", []byte{})
 	f.Add(uint8(0), int64(math.MinInt64), "\x00", []byte{0xff})
 	f.Fuzz(func(t *testing.T, kind uint8, arrival int64, topic string, payload []byte) {
-		in := Entry{Kind: Kind(kind % numKinds), Arrival: arrival, Topic: topic, Payload: payload}
+		in := entry.Entry{Kind: entry.Kind(kind % entry.Kinds), Arrival: arrival, Topic: topic, Payload: payload}
 		frame := appendFrame(nil, in)
 		got, err := decodeFrame(3, frame)
 		if err != nil {
@@ -185,7 +187,7 @@ func FuzzFrameRoundTrip(f *testing.F) {
 	})
 }
 
-func assertEntry(tb testing.TB, index uint64, got, want Entry) {
+func assertEntry(tb testing.TB, index uint64, got, want entry.Entry) {
 	tb.Helper()
 	if got.Kind != want.Kind || got.Arrival != want.Arrival || got.Topic != want.Topic || !bytes.Equal(got.Payload, want.Payload) {
 		tb.Fatalf("index %d: got {%v %d %q %d bytes}, want {%v %d %q %d bytes}", index,

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/km0/edgeproc/entry"
 )
 
 // record is one tidwall record of a segment file.
@@ -83,7 +85,7 @@ func copyDir(tb testing.TB, src string) string {
 }
 
 // mustLog writes es to a new log in a new dir, closes it and returns the dir.
-func mustLog(tb testing.TB, opt Options, es []Entry) string {
+func mustLog(tb testing.TB, opt Options, es []entry.Entry) string {
 	tb.Helper()
 	dir := tb.TempDir()
 	l, _ := mustOpen(tb, dir, opt)
@@ -163,7 +165,7 @@ func TestOpen_RepairsTornTail(t *testing.T) {
 		assertReplay(t, mustReplay(t, l, 0), 1, es[:wantLast])
 
 		// The log goes on from there, and survives another reopen.
-		next := Entry{Arrival: 99, Topic: "after/repair", Payload: []byte("p")}
+		next := entry.Entry{Arrival: 99, Topic: "after/repair", Payload: []byte("p")}
 		if got, err := l.Append(next, nil); err != nil || got != wantLast+1 {
 			t.Fatalf("cut at %d: Append after repair: got (%d, %v), want (%d, nil)", cut, got, err, wantLast+1)
 		}
@@ -172,7 +174,7 @@ func TestOpen_RepairsTornTail(t *testing.T) {
 		if rep.Repaired {
 			t.Fatalf("cut at %d: second reopen repaired again: %+v", cut, rep)
 		}
-		want := append(append([]Entry(nil), es[:wantLast]...), next)
+		want := append(append([]entry.Entry(nil), es[:wantLast]...), next)
 		assertReplay(t, mustReplay(t, l, 0), 1, want)
 		mustClose(t, l)
 		// tidwall's Open leaves the tail segment open when it finds the
@@ -334,7 +336,7 @@ func TestLog_ReplayDetectsLaterDamage(t *testing.T) {
 	mustWriteFile(t, seg.path, b)
 
 	var ce *CorruptError
-	err := l.Replay(0, func(uint64, Entry) error { return nil })
+	err := l.Replay(0, func(uint64, entry.Entry) error { return nil })
 	if !errors.As(err, &ce) || ce.Index != recs[3].index || !errors.Is(err, ErrChecksum) {
 		t.Fatalf("got %v, want a checksum *CorruptError at index %d", err, recs[3].index)
 	}
@@ -344,20 +346,20 @@ func TestLog_ReplayDetectsLaterDamage(t *testing.T) {
 // entry for any damage, never more than there are bytes, and find every
 // good record placed after a damaged stretch.
 func FuzzCountDropped(f *testing.F) {
-	rec := func(e Entry) []byte {
+	rec := func(e entry.Entry) []byte {
 		frame := appendFrame(nil, e)
 		return append(binary.AppendUvarint(nil, uint64(len(frame))), frame...)
 	}
 	f.Add([]byte{0xff, 0xff, 0x7f}, uint8(3))
 	f.Add(make([]byte, 40), uint8(0))
-	f.Add(rec(Entry{Topic: "t", Payload: []byte("p")})[3:], uint8(8))
+	f.Add(rec(entry.Entry{Topic: "t", Payload: []byte("p")})[3:], uint8(8))
 	f.Fuzz(func(t *testing.T, junk []byte, good uint8) {
 		if len(junk) == 0 || goodRecordAt(junk) {
 			return // not damage
 		}
 		data := append([]byte(nil), junk...)
 		for i := range int(good % 16) {
-			data = append(data, rec(Entry{Arrival: int64(i), Topic: "couriers/x", Payload: []byte{byte(i)}})...)
+			data = append(data, rec(entry.Entry{Arrival: int64(i), Topic: "couriers/x", Payload: []byte{byte(i)}})...)
 		}
 		n := countDropped(data)
 		if n < 1 || n > len(data) {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/km0/edgeproc/entry"
 	"github.com/km0/edgeproc/internal/testenv"
 )
 
@@ -60,7 +61,7 @@ func TestLog_FullDiskStallsAndResumes(t *testing.T) {
 	appendErr := make(chan error, 1)
 	go func() {
 		for i := range n {
-			if _, err := l.Append(Entry{Arrival: int64(i), Topic: "t", Payload: stallPayload(i)}, done); err != nil {
+			if _, err := l.Append(entry.Entry{Arrival: int64(i), Topic: "t", Payload: stallPayload(i)}, done); err != nil {
 				appendErr <- fmt.Errorf("Append #%d: %w", i, err)
 				return
 			}
@@ -140,7 +141,7 @@ func TestLog_CloseEndsStall(t *testing.T) {
 	for i := range 2000 {
 		failed.Add(1)
 		once := sync.OnceFunc(failed.Done)
-		if _, err := l.Append(Entry{Topic: "t", Payload: stallPayload(i)}, func(uint64, error) { once() }); err != nil {
+		if _, err := l.Append(entry.Entry{Topic: "t", Payload: stallPayload(i)}, func(uint64, error) { once() }); err != nil {
 			once()
 			if !errors.Is(err, ErrClosed) {
 				t.Fatalf("Append #%d: %v", i, err)

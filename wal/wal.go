@@ -34,6 +34,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/km0/edgeproc/entry"
 	twal "github.com/tidwall/wal"
 )
 
@@ -165,8 +166,8 @@ func newLog(dir string, opt Options, log *slog.Logger, tw *twal.Log) (*Log, erro
 // entries are not yet durable (backpressure), which includes the whole of a
 // full-disk stall. It fails with ErrClosed after Close, with the first write
 // or fsync error once one has happened, and for a Kind it does not know.
-func (l *Log) Append(e Entry, done func(index uint64, err error)) (uint64, error) {
-	if e.Kind >= numKinds {
+func (l *Log) Append(e entry.Entry, done func(index uint64, err error)) (uint64, error) {
+	if e.Kind >= entry.Kinds {
 		return 0, fmt.Errorf("wal: append: unknown entry kind %d", uint8(e.Kind))
 	}
 	bp := l.frames.Get().(*[]byte)
@@ -542,11 +543,11 @@ func (l *Log) LastIndex() uint64 {
 // Replay calls fn for every entry with index >= from, in index order, up to
 // the last entry written when Replay was called. A from below FirstIndex
 // starts at FirstIndex (entries before it were truncated away). It is meant
-// for start-up, before appends, but is safe at any time. The Entry's Payload
-// aliases the log's buffers (see Entry). A corrupt entry stops it with a
+// for start-up, before appends, but is safe at any time. The entry.Entry's Payload
+// aliases the log's buffers (see entry.Entry). A corrupt entry stops it with a
 // *CorruptError carrying the index; an error from fn stops it and is
 // returned wrapped with the index.
-func (l *Log) Replay(from uint64, fn func(index uint64, e Entry) error) error {
+func (l *Log) Replay(from uint64, fn func(index uint64, e entry.Entry) error) error {
 	l.mu.Lock()
 	closing := l.closing
 	l.mu.Unlock()

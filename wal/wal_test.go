@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/km0/edgeproc/entry"
 	"github.com/km0/edgeproc/internal/testenv"
 )
 
@@ -32,7 +33,7 @@ func mustClose(tb testing.TB, l *Log) {
 }
 
 // mustAppend appends es and waits until all are durable.
-func mustAppend(tb testing.TB, l *Log, es []Entry) []uint64 {
+func mustAppend(tb testing.TB, l *Log, es []entry.Entry) []uint64 {
 	tb.Helper()
 	idx := make([]uint64, len(es))
 	for i, e := range es {
@@ -51,7 +52,7 @@ func mustAppend(tb testing.TB, l *Log, es []Entry) []uint64 {
 func mustAppendAsync(tb testing.TB, l *Log, n int, done func(uint64, error)) {
 	tb.Helper()
 	for i := range n {
-		if _, err := l.Append(Entry{}, done); err != nil {
+		if _, err := l.Append(entry.Entry{}, done); err != nil {
 			tb.Fatalf("Append #%d: %v", i, err)
 		}
 	}
@@ -59,13 +60,13 @@ func mustAppendAsync(tb testing.TB, l *Log, n int, done func(uint64, error)) {
 
 type indexed struct {
 	index uint64
-	e     Entry
+	e     entry.Entry
 }
 
 func mustReplay(tb testing.TB, l *Log, from uint64) []indexed {
 	tb.Helper()
 	var got []indexed
-	err := l.Replay(from, func(i uint64, e Entry) error {
+	err := l.Replay(from, func(i uint64, e entry.Entry) error {
 		e.Payload = append([]byte(nil), e.Payload...)
 		got = append(got, indexed{i, e})
 		return nil
@@ -78,8 +79,8 @@ func mustReplay(tb testing.TB, l *Log, from uint64) []indexed {
 
 // randomEntries makes n entries with random topics and payloads, including
 // empty ones and 4 KiB ones.
-func randomEntries(rng *rand.Rand, n int) []Entry {
-	es := make([]Entry, n)
+func randomEntries(rng *rand.Rand, n int) []entry.Entry {
+	es := make([]entry.Entry, n)
 	for i := range es {
 		var size int
 		switch rng.IntN(10) {
@@ -98,16 +99,16 @@ func randomEntries(rng *rand.Rand, n int) []Entry {
 		if rng.IntN(20) == 0 {
 			topic = ""
 		}
-		kind := KindPosition
+		kind := entry.Position
 		if rng.IntN(20) == 0 {
-			kind = KindTick
+			kind = entry.Tick
 		}
-		es[i] = Entry{Kind: kind, Arrival: rng.Int64() - rng.Int64(), Topic: topic, Payload: p}
+		es[i] = entry.Entry{Kind: kind, Arrival: rng.Int64() - rng.Int64(), Topic: topic, Payload: p}
 	}
 	return es
 }
 
-func assertReplay(tb testing.TB, got []indexed, first uint64, want []Entry) {
+func assertReplay(tb testing.TB, got []indexed, first uint64, want []entry.Entry) {
 	tb.Helper()
 	if len(got) != len(want) {
 		tb.Fatalf("replayed %d entries, want %d", len(got), len(want))
@@ -172,7 +173,7 @@ func TestLog_RoundTrip(t *testing.T) {
 				t.Errorf("Stats.Bytes: got %d, want > 0", st.Bytes)
 			}
 			// Appending after reopen continues the indexes.
-			if got, err := l.Append(Entry{Topic: "next"}, nil); err != nil || got != uint64(len(es)+1) {
+			if got, err := l.Append(entry.Entry{Topic: "next"}, nil); err != nil || got != uint64(len(es)+1) {
 				t.Fatalf("Append after reopen: got (%d, %v), want (%d, nil)", got, err, len(es)+1)
 			}
 		})
@@ -224,7 +225,7 @@ func TestLog_GroupCommit(t *testing.T) {
 	for p := range producers {
 		wg.Go(func() {
 			for j := range per {
-				if _, err := l.Append(Entry{Arrival: int64(j), Topic: fmt.Sprint(p), Payload: make([]byte, 100)}, done); err != nil {
+				if _, err := l.Append(entry.Entry{Arrival: int64(j), Topic: fmt.Sprint(p), Payload: make([]byte, 100)}, done); err != nil {
 					t.Errorf("Append: %v", err)
 					return
 				}
@@ -279,7 +280,7 @@ func TestLog_SyncBatchTriggers(t *testing.T) {
 		t.Helper()
 		durable := make(chan time.Time, 1)
 		start := time.Now()
-		if _, err := l.Append(Entry{Topic: "t"}, func(uint64, error) { durable <- time.Now() }); err != nil {
+		if _, err := l.Append(entry.Entry{Topic: "t"}, func(uint64, error) { durable <- time.Now() }); err != nil {
 			t.Fatal(err)
 		}
 		select {
@@ -378,7 +379,7 @@ func TestLog_SyncModes(t *testing.T) {
 			wg.Add(20)
 			var order []uint64
 			for range 20 {
-				if _, err := l.Append(Entry{Payload: []byte("p")}, func(i uint64, err error) {
+				if _, err := l.Append(entry.Entry{Payload: []byte("p")}, func(i uint64, err error) {
 					if err != nil {
 						t.Errorf("done %d: %v", i, err)
 					}
@@ -414,13 +415,13 @@ func TestLog_Backpressure(t *testing.T) {
 	var once sync.Once
 	hold := func(uint64, error) { once.Do(func() { <-release }) }
 	for i := range 8 {
-		if _, err := l.Append(Entry{}, hold); err != nil {
+		if _, err := l.Append(entry.Entry{}, hold); err != nil {
 			t.Fatalf("Append #%d: %v", i, err)
 		}
 	}
 	returned := make(chan error, 1)
 	go func() {
-		_, err := l.Append(Entry{}, nil)
+		_, err := l.Append(entry.Entry{}, nil)
 		returned <- err
 	}()
 	select {
@@ -450,13 +451,13 @@ func TestLog_CloseReleasesBlockedAppend(t *testing.T) {
 		doneErrs = append(doneErrs, err)
 	}
 	for range 4 {
-		if _, err := l.Append(Entry{}, hold); err != nil {
+		if _, err := l.Append(entry.Entry{}, hold); err != nil {
 			t.Fatal(err)
 		}
 	}
 	returned := make(chan error, 1)
 	go func() {
-		_, err := l.Append(Entry{}, nil)
+		_, err := l.Append(entry.Entry{}, nil)
 		returned <- err
 	}()
 	time.Sleep(20 * time.Millisecond)
@@ -488,13 +489,13 @@ func TestLog_CloseReleasesBlockedAppend(t *testing.T) {
 func TestLog_AfterClose(t *testing.T) {
 	l, _ := mustOpen(t, t.TempDir(), Options{})
 	mustClose(t, l)
-	if _, err := l.Append(Entry{}, nil); !errors.Is(err, ErrClosed) {
+	if _, err := l.Append(entry.Entry{}, nil); !errors.Is(err, ErrClosed) {
 		t.Errorf("Append: got %v, want ErrClosed", err)
 	}
 	if err := l.Sync(); !errors.Is(err, ErrClosed) {
 		t.Errorf("Sync: got %v, want ErrClosed", err)
 	}
-	if err := l.Replay(0, func(uint64, Entry) error { return nil }); !errors.Is(err, ErrClosed) {
+	if err := l.Replay(0, func(uint64, entry.Entry) error { return nil }); !errors.Is(err, ErrClosed) {
 		t.Errorf("Replay: got %v, want ErrClosed", err)
 	}
 	if err := l.TruncateFront(1); !errors.Is(err, ErrClosed) {
@@ -508,10 +509,10 @@ func TestLog_AfterClose(t *testing.T) {
 func TestLog_ReplayStopsOnCallbackError(t *testing.T) {
 	l, _ := mustOpen(t, t.TempDir(), Options{Sync: SyncNone})
 	defer mustClose(t, l)
-	mustAppend(t, l, make([]Entry, 10))
+	mustAppend(t, l, make([]entry.Entry, 10))
 	stop := errors.New("stop")
 	var seen []uint64
-	err := l.Replay(3, func(i uint64, _ Entry) error {
+	err := l.Replay(3, func(i uint64, _ entry.Entry) error {
 		seen = append(seen, i)
 		if i == 5 {
 			return stop
@@ -633,11 +634,11 @@ func TestOpen_Errors(t *testing.T) {
 func TestLog_ConcurrentReplayAndAppend(t *testing.T) {
 	l, _ := mustOpen(t, t.TempDir(), Options{Sync: SyncNone, SegmentSize: 4 << 10})
 	defer mustClose(t, l)
-	mustAppend(t, l, make([]Entry, 100))
+	mustAppend(t, l, make([]entry.Entry, 100))
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for i := range 2000 {
-			if _, err := l.Append(Entry{Arrival: int64(i), Payload: bytes.Repeat([]byte{1}, 50)}, nil); err != nil {
+			if _, err := l.Append(entry.Entry{Arrival: int64(i), Payload: bytes.Repeat([]byte{1}, 50)}, nil); err != nil {
 				t.Errorf("Append: %v", err)
 				return
 			}
@@ -645,7 +646,7 @@ func TestLog_ConcurrentReplayAndAppend(t *testing.T) {
 	})
 	for range 5 {
 		var n uint64
-		err := l.Replay(1, func(i uint64, _ Entry) error {
+		err := l.Replay(1, func(i uint64, _ entry.Entry) error {
 			n++
 			if i != n {
 				return fmt.Errorf("got index %d, want %d", i, n)
@@ -667,7 +668,7 @@ func TestOpen_Permissions(t *testing.T) {
 	t.Run("new", func(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "wal")
 		l, _ := mustOpen(t, dir, Options{})
-		mustAppend(t, l, []Entry{{Topic: "t"}})
+		mustAppend(t, l, []entry.Entry{{Topic: "t"}})
 		mustClose(t, l)
 		testenv.CheckMode(t, dir, 0o700)
 		for _, s := range mustSegments(t, dir) {
@@ -675,7 +676,7 @@ func TestOpen_Permissions(t *testing.T) {
 		}
 	})
 	t.Run("older binary's", func(t *testing.T) {
-		dir := mustLog(t, Options{}, []Entry{{Topic: "t"}})
+		dir := mustLog(t, Options{}, []entry.Entry{{Topic: "t"}})
 		segs := mustSegments(t, dir)
 		for _, s := range segs {
 			if err := os.Chmod(s.path, 0o644); err != nil {
@@ -723,7 +724,7 @@ func TestLog_OnCommittedEndsEachBatch(t *testing.T) {
 			}
 			const n = 500
 			for range n {
-				if _, err := l.Append(Entry{Payload: []byte("p")}, done); err != nil {
+				if _, err := l.Append(entry.Entry{Payload: []byte("p")}, done); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/km0/edgeproc/config"
+	"github.com/km0/edgeproc/entry"
 	"github.com/km0/edgeproc/mqtt"
 	"github.com/km0/edgeproc/wal"
 )
@@ -77,7 +78,7 @@ func run(ctx context.Context, path, mode string, log *slog.Logger) error {
 			msg.Ack()
 			return
 		}
-		e := wal.Entry{Arrival: msg.Arrival.UnixMilli(), Topic: msg.Topic, Payload: msg.Payload}
+		e := entry.Entry{Arrival: msg.Arrival.UnixMilli(), Topic: msg.Topic, Payload: msg.Payload}
 		if _, err := w.Append(e, func(_ uint64, err error) {
 			if err == nil {
 				msg.Ack()

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/km0/edgeproc/entry"
 	"github.com/km0/edgeproc/internal/testenv"
 	"github.com/km0/edgeproc/mqtt"
 	"github.com/km0/edgeproc/wal"
@@ -55,7 +56,7 @@ func TestRun_LogsAndAcksEveryMessage(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got []string
-	if err := w.Replay(w.FirstIndex(), func(_ uint64, e wal.Entry) error {
+	if err := w.Replay(w.FirstIndex(), func(_ uint64, e entry.Entry) error {
 		got = append(got, string(e.Payload))
 		return nil
 	}); err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/engine"
+	"github.com/km0/edgeproc/entry"
 	"github.com/km0/edgeproc/result"
 	"github.com/km0/edgeproc/wal"
 )
@@ -46,15 +47,15 @@ func Results(tb testing.TB, cfg config.Config, drop *regexp.Regexp) map[string]s
 			}
 		}
 	})
-	kinds := map[wal.Kind]int{}
-	err = log.Replay(1, func(i uint64, en wal.Entry) error {
+	kinds := map[entry.Kind]int{}
+	err = log.Replay(1, func(i uint64, en entry.Entry) error {
 		kinds[en.Kind]++
 		switch en.Kind {
-		case wal.KindPosition:
+		case entry.Position:
 			e.Push(&engine.Input{Payload: en.Payload, Topic: en.Topic, Arrival: en.Arrival, HasArrival: true, Line: int64(i)})
-		case wal.KindTick:
+		case entry.Tick:
 			e.Tick(en.Arrival)
-		case wal.KindListen:
+		case entry.Listen:
 			e.Listen(en.Arrival)
 		}
 		return nil
