@@ -1,7 +1,6 @@
 package bridge
 
 import (
-	"cmp"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -11,7 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/km0/edgeproc/config"
+	"github.com/km0/edgeproc/defaults"
 	"github.com/km0/edgeproc/internal/backoff"
 )
 
@@ -19,18 +18,18 @@ import (
 // configuration also has are config's, named once there.
 const (
 	// DefaultSubjectPrefix is the first subject token of every output.
-	DefaultSubjectPrefix = config.DefaultSubjectPrefix
+	DefaultSubjectPrefix = defaults.SubjectPrefix
 	// DefaultDuplicateWindow is how long the stream remembers a Nats-Msg-Id.
-	DefaultDuplicateWindow = config.DefaultDuplicateWindow
+	DefaultDuplicateWindow = defaults.DuplicateWindow
 	// DefaultMaxPending is the number of results that may be unacknowledged
 	// at once before Publish blocks.
 	DefaultMaxPending = 1024
 	// DefaultKVInterval is the minimum time between two KV writes of the
 	// same courier when its status does not change (config nats.kv_interval).
-	DefaultKVInterval = config.DefaultKVInterval
+	DefaultKVInterval = defaults.KVInterval
 	// DefaultMaxCouriers caps the couriers the KV table holds (the
 	// contract's limits.max_couriers default).
-	DefaultMaxCouriers = config.DefaultMaxCouriers
+	DefaultMaxCouriers = defaults.MaxCouriers
 	// DefaultAckTimeout is how long a publish waits for its ack before it is
 	// retried, and the timeout of one KV write.
 	DefaultAckTimeout = 5 * time.Second
@@ -39,34 +38,13 @@ const (
 	DefaultMaxBackoff = backoff.Reconnect
 	// DefaultMaxAge is how long the stream keeps a result (the default of
 	// the config key nats.max_age).
-	DefaultMaxAge = config.DefaultMaxAge
+	DefaultMaxAge = defaults.MaxAge
 	// DefaultMaxBytes bounds the stream's size, 1 GiB (the default of the
 	// config key nats.max_bytes).
-	DefaultMaxBytes = config.DefaultMaxBytes
+	DefaultMaxBytes = defaults.MaxBytes
 	// Unlimited, as Config.MaxAge or Config.MaxBytes, turns that bound off.
 	Unlimited = -1
 )
-
-// ConfigFrom maps a market's configuration to its bridge's, every key the
-// bridge has: the nats section, limits.max_couriers (the courier table's
-// bound), geo.h3_resolution (the bucket's cells) and, for the partitioned
-// source, jetstream.replicas. The config's 0 for nats.max_age and
-// nats.max_bytes is "no bound", the bridge's Unlimited. OnAcked is the
-// caller's to set.
-func ConfigFrom(c config.Config) Config {
-	bc := Config{
-		Market: c.Market, SubjectPrefix: c.NATS.SubjectPrefix, Stream: c.NATS.Stream,
-		DuplicateWindow: c.NATS.DuplicateWindow,
-		MaxAge:          cmp.Or(c.NATS.MaxAge, Unlimited),
-		MaxBytes:        cmp.Or(c.NATS.MaxBytes, Unlimited),
-		KVInterval:      c.NATS.KVInterval, MaxCouriers: c.Limits.MaxCouriers,
-		ComputeCell: true, CellResolution: c.Geo.H3Resolution,
-	}
-	if c.Source == "jetstream" {
-		bc.Replicas = c.JetStream.Replicas
-	}
-	return bc
-}
 
 // Output kinds accepted by Config.Subject.
 const (
@@ -101,7 +79,7 @@ type Config struct {
 	// gives delivery.dashboard.MARKET.distance. Default "delivery".
 	SubjectPrefix string
 	// Stream is the JetStream stream that captures the market's subjects.
-	// Default config.ResultStream(Market).
+	// Default defaults.ResultStream(Market).
 	Stream string
 	// DuplicateWindow is the stream's Nats-Msg-Id dedup window. Default 10m;
 	// at most MaxAge.
@@ -165,7 +143,7 @@ func (c Config) withDefaults() Config {
 		c.SubjectPrefix = DefaultSubjectPrefix
 	}
 	if c.Stream == "" {
-		c.Stream = config.ResultStream(c.Market)
+		c.Stream = defaults.ResultStream(c.Market)
 	}
 	if c.DuplicateWindow == 0 {
 		c.DuplicateWindow = DefaultDuplicateWindow
@@ -181,7 +159,7 @@ func (c Config) withDefaults() Config {
 	}
 	if c.KVBucket == "" {
 		// Market names are already valid bucket characters ('-' included).
-		c.KVBucket = config.CourierBucket(c.Market)
+		c.KVBucket = defaults.CourierBucket(c.Market)
 	}
 	if c.KVInterval == 0 {
 		c.KVInterval = DefaultKVInterval

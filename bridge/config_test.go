@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/km0/edgeproc/config"
+	"github.com/km0/edgeproc/defaults"
 )
 
 func TestConfig_Subject(t *testing.T) {
@@ -195,90 +195,10 @@ func FuzzCourierKey(f *testing.F) {
 	})
 }
 
-// TestConfigFrom_MapsEveryKey sets every key ConfigFrom maps to a value
-// other than its default, in both sources, and checks each reaches its
-// field; a zero nats.max_age or max_bytes (no bound) becomes Unlimited.
-func TestConfigFrom_MapsEveryKey(t *testing.T) {
-	for _, source := range config.Sources {
-		c := config.Default()
-		c.Market, c.Source = "bcn-2", source
-		c.NATS.SubjectPrefix, c.NATS.Stream = "acme.out", "RESULTS"
-		c.NATS.DuplicateWindow, c.NATS.KVInterval = 3*time.Minute, time.Hour
-		c.NATS.MaxAge, c.NATS.MaxBytes = 7*24*time.Hour, 100<<20
-		c.Limits.MaxCouriers, c.Geo.H3Resolution, c.JetStream.Replicas = 3, 7, 5
-		want := Config{
-			Market: "bcn-2", SubjectPrefix: "acme.out", Stream: "RESULTS",
-			DuplicateWindow: 3 * time.Minute, KVInterval: time.Hour,
-			MaxAge: 7 * 24 * time.Hour, MaxBytes: 100 << 20, MaxCouriers: 3,
-			ComputeCell: true, CellResolution: 7,
-		}
-		if source == "jetstream" {
-			want.Replicas = 5
-		}
-		if got := ConfigFrom(c); !reflect.DeepEqual(got, want) {
-			t.Errorf("source %s: got %+v, want %+v", source, got, want)
-		}
-		c.NATS.MaxAge, c.NATS.MaxBytes = 0, 0
-		if got := ConfigFrom(c); got.MaxAge != Unlimited || got.MaxBytes != Unlimited {
-			t.Errorf("source %s, no bounds: max_age %v, max_bytes %d; want both Unlimited", source, got.MaxAge, got.MaxBytes)
-		}
-	}
-}
-
-// TestConfigFrom_MapsEveryField: every key of a market's configuration the
-// bridge has reaches it, set to a non-default value, in both sources (the
-// two run the same ConfigFrom); a Config field added without a key, or
-// left to the caller, must be named here, so none is forgotten.
-func TestConfigFrom_MapsEveryField(t *testing.T) {
-	c := config.Default()
-	c.Market = "bcn-2"
-	c.NATS = config.NATS{SubjectPrefix: "acme.dlv", Stream: "RESULTS_BCN", DuplicateWindow: 3 * time.Minute,
-		KVInterval: time.Hour, MaxAge: 168 * time.Hour, MaxBytes: 100 << 20}
-	c.Limits.MaxCouriers = 7
-	c.Geo.H3Resolution = 6
-	c.JetStream.Replicas = 3
-	want := Config{
-		Market: "bcn-2", SubjectPrefix: "acme.dlv", Stream: "RESULTS_BCN", DuplicateWindow: 3 * time.Minute,
-		MaxAge: 168 * time.Hour, MaxBytes: 100 << 20, KVInterval: time.Hour, MaxCouriers: 7,
-		ComputeCell: true, CellResolution: 6,
-	}
-	for _, source := range []string{"mqtt", "jetstream"} {
-		c.Source = source
-		got := ConfigFrom(c)
-		w := want
-		if source == "jetstream" {
-			w.Replicas = 3 // the single process's stream has the server's default
-		}
-		if !reflect.DeepEqual(got, w) {
-			t.Errorf("%s:\n got %+v\nwant %+v", source, got, w)
-		}
-	}
-	// No bound in the configuration is no bound in the bridge, not its
-	// default one.
-	c.NATS.MaxAge, c.NATS.MaxBytes = 0, 0
-	if got := ConfigFrom(c); got.MaxAge != Unlimited || got.MaxBytes != Unlimited {
-		t.Errorf("max_age 0, max_bytes 0 → %v, %d; want Unlimited", got.MaxAge, got.MaxBytes)
-	}
-	// Fields with no configuration key: the bridge's own defaults (or the
-	// caller's, OnAcked). KVBucket is the configuration's rule, applied
-	// by withDefaults.
-	notKeys := map[string]bool{"MaxPending": true, "KVBucket": true, "AckTimeout": true, "MaxBackoff": true, "OnAcked": true}
-	set := map[string]bool{}
-	v := reflect.ValueOf(want)
-	v3 := reflect.ValueOf(Config{Replicas: 1})
-	for i := range v.NumField() {
-		name := v.Type().Field(i).Name
-		if !v.Field(i).IsZero() || !v3.Field(i).IsZero() {
-			set[name] = true
-		}
-	}
-	for i := range v.NumField() {
-		name := v.Type().Field(i).Name
-		if set[name] == notKeys[name] {
-			t.Errorf("Config.%s: mapped %v, listed as without a key %v: map it in ConfigFrom or list it here", name, set[name], notKeys[name])
-		}
-	}
-	if got := (Config{Market: "bcn-2"}).withDefaults().KVBucket; got != config.CourierBucket("bcn-2") {
-		t.Errorf("KVBucket %q, want the configuration's %q", got, config.CourierBucket("bcn-2"))
+// TestKVBucket_IsTheMarketsDefault: a bridge opened without a bucket
+// name uses the market's courier bucket.
+func TestKVBucket_IsTheMarketsDefault(t *testing.T) {
+	if got := (Config{Market: "bcn-2"}).withDefaults().KVBucket; got != defaults.CourierBucket("bcn-2") {
+		t.Errorf("KVBucket %q, want the configuration's %q", got, defaults.CourierBucket("bcn-2"))
 	}
 }

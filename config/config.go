@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/km0/edgeproc/defaults"
 	"github.com/km0/edgeproc/geo"
 )
 
@@ -223,13 +224,13 @@ type NATS struct {
 	// online) is written at once. Default 15s; > 0, whole milliseconds.
 	KVInterval time.Duration
 	// MaxAge bounds the stream's retention (yaml max_age): results older
-	// than this are deleted. Default 24h (DefaultMaxAge); 0 = kept until
+	// than this are deleted. Default 24h (defaults.MaxAge); 0 = kept until
 	// MaxBytes (or forever); whole seconds.
 	MaxAge time.Duration
 	// MaxBytes bounds the stream's size on disk, in bytes (yaml max_bytes;
 	// an integer or a size such as 512MiB or 2GB): past it the oldest
 	// results are deleted, never the new ones refused. Default 1 GiB
-	// (DefaultMaxBytes); 0 = no size bound.
+	// (defaults.MaxBytes); 0 = no size bound.
 	MaxBytes int64
 }
 
@@ -437,28 +438,28 @@ var LogLevels = []string{"debug", "info", "warn", "error"}
 func Default() Config {
 	return Config{
 		Source:   "mqtt",
-		Timezone: DefaultTimezone,
+		Timezone: defaults.Timezone,
 		JetStream: JetStream{
-			Partitions: DefaultPartitions,
-			PinTTL:     DefaultPinTTL,
-			Replicas:   DefaultReplicas,
-			MaxAge:     DefaultPositionsMaxAge,
+			Partitions: defaults.Partitions,
+			PinTTL:     defaults.PinTTL,
+			Replicas:   defaults.Replicas,
+			MaxAge:     defaults.PositionsMaxAge,
 			Ingest:     "mqtt",
 		},
 		MQTT: MQTT{
-			URL:              DefaultMQTTURL,
-			SessionExpiry:    DefaultSessionExpiry,
-			MaxPacketSize:    DefaultMaxPacketSize,
+			URL:              defaults.MQTTURL,
+			SessionExpiry:    defaults.SessionExpiry,
+			MaxPacketSize:    defaults.MaxPacketSize,
 			Format:           "edgeproc",
 			OwnTracksCourier: "user",
 		},
 		NATS: NATS{
-			URL:             DefaultNATSURL,
-			SubjectPrefix:   DefaultSubjectPrefix,
-			DuplicateWindow: DefaultDuplicateWindow,
-			KVInterval:      DefaultKVInterval,
-			MaxAge:          DefaultMaxAge,
-			MaxBytes:        DefaultMaxBytes,
+			URL:             defaults.NATSURL,
+			SubjectPrefix:   defaults.SubjectPrefix,
+			DuplicateWindow: defaults.DuplicateWindow,
+			KVInterval:      defaults.KVInterval,
+			MaxAge:          defaults.MaxAge,
+			MaxBytes:        defaults.MaxBytes,
 		},
 		Windows: Windows{
 			Size:            5 * time.Minute,
@@ -472,11 +473,11 @@ func Default() Config {
 		},
 		Distance:  Distance{MinMoveM: 15, MaxSpeedKmh: 150, StoppedBelowM: 50},
 		Geo:       Geo{H3Resolution: 9},
-		DeadZones: DeadZones{Window: time.Hour, H3Resolution: 8, MaxCells: DefaultDeadZoneCells},
+		DeadZones: DeadZones{Window: time.Hour, H3Resolution: 8, MaxCells: defaults.DeadZoneCells},
 		State:     State{CheckpointInterval: 10 * time.Second, WALSync: "batch", WALBatchInterval: 40 * time.Millisecond, WALBatchMax: 1024},
-		HTTP:      HTTP{Listen: DefaultListen, Board: true},
-		Limits:    Limits{MaxCouriers: DefaultMaxCouriers},
-		Lake:      Lake{RollInterval: DefaultLakeRollInterval},
+		HTTP:      HTTP{Listen: defaults.Listen, Board: true},
+		Limits:    Limits{MaxCouriers: defaults.MaxCouriers},
+		Lake:      Lake{RollInterval: defaults.LakeRollInterval},
 		Log:       Log{Level: "info"},
 	}
 }
@@ -660,9 +661,9 @@ func (c *Config) fillMarketDefaults(set map[string]int) []string {
 	}
 	fill("mqtt.topic", &c.MQTT.Topic, "km0/"+c.Market+"/positions/+")
 	fill("mqtt.client_id", &c.MQTT.ClientID, "edgeproc-"+c.Market)
-	fill("nats.stream", &c.NATS.Stream, ResultStream(c.Market))
+	fill("nats.stream", &c.NATS.Stream, defaults.ResultStream(c.Market))
 	fill("state.dir", &c.State.Dir, "./state/"+c.Market)
-	fill("jetstream.stream", &c.JetStream.Stream, PositionStream(c.Market))
+	fill("jetstream.stream", &c.JetStream.Stream, defaults.PositionStream(c.Market))
 	fill("jetstream.subject", &c.JetStream.Subject, "part."+c.Market+"."+PartitionToken+".*")
 	fill("jetstream.consumer", &c.JetStream.Consumer, "edgeproc-"+c.Market)
 	return filled

@@ -19,6 +19,7 @@ import (
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/engine"
 	"github.com/km0/edgeproc/internal/testenv"
+	"github.com/km0/edgeproc/market"
 	"github.com/km0/edgeproc/result"
 )
 
@@ -67,7 +68,7 @@ func TestChaos_SeededSchedule(t *testing.T) {
 	// Event time runs 4 times faster than the clock and ends at the
 	// start: every position arrives after its timestamp.
 	span := 4 * d
-	msgs := testenv.FleetMessages(market, couriers, span, seed, time.Now().Add(-span))
+	msgs := testenv.FleetMessages(marketName, couriers, span, seed, time.Now().Add(-span))
 	wantByKey, wantRejected := expected(t, cfg, msgs)
 	variants := expectedVariants(t, cfg, msgs)
 	t.Logf("fleet: %d messages; reference run: %d keyed results, %d rejected inputs", len(msgs), len(wantByKey), len(wantRejected))
@@ -217,7 +218,7 @@ func fill(t *testing.T, disk string) {
 // a late record twice, with one key and the watermark of each arrival.
 func expectedVariants(tb testing.TB, cfg config.Config, msgs []testenv.Message) map[string]map[string]bool {
 	tb.Helper()
-	ecfg := engine.ConfigFrom(cfg)
+	ecfg := market.EngineConfig(cfg)
 	ecfg.Topic = cfg.MQTT.Topic
 	all := map[string]map[string]bool{}
 	var buf []byte

@@ -43,12 +43,13 @@ import (
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/engine"
 	"github.com/km0/edgeproc/internal/testenv"
+	"github.com/km0/edgeproc/market"
 	"github.com/km0/edgeproc/result"
 )
 
 const (
-	market   = "crash"
-	couriers = 40
+	marketName = "crash"
+	couriers   = 40
 	// publishFor is how long publishing the fleet takes.
 	publishFor = 75 * time.Second
 	minKills   = 10
@@ -85,7 +86,7 @@ dead_zones: {window: 10s}
 geo: {service_area: %q}
 state: {dir: %q, checkpoint_interval: 300ms}
 http: {listen: %q}
-`, market, mqttURL, natsURL, area, filepath.Join(dir, "state"), testenv.FreeAddr(tb))
+`, marketName, mqttURL, natsURL, area, filepath.Join(dir, "state"), testenv.FreeAddr(tb))
 	path := filepath.Join(dir, "crash.yaml")
 	if err := os.WriteFile(path, []byte(y), 0o644); err != nil {
 		tb.Fatal(err)
@@ -219,7 +220,7 @@ type rec struct {
 // end_of_input removed, and the (reason, raw) pairs of rejected inputs.
 func expected(tb testing.TB, cfg config.Config, msgs []testenv.Message) (map[string]string, map[string]bool) {
 	tb.Helper()
-	ecfg := engine.ConfigFrom(cfg)
+	ecfg := market.EngineConfig(cfg)
 	ecfg.Topic = cfg.MQTT.Topic
 	byKey, rejected := map[string]string{}, map[string]bool{}
 	var buf []byte
@@ -351,7 +352,7 @@ func TestKill9_ResultsEqualUninterruptedRun(t *testing.T) {
 
 	// Event time runs about 6 times faster than the clock, and ends at the
 	// start: every position arrives after its timestamp.
-	msgs := testenv.FleetMessages(market, couriers, 8*time.Minute, 42, time.Now().Add(-8*time.Minute))
+	msgs := testenv.FleetMessages(marketName, couriers, 8*time.Minute, 42, time.Now().Add(-8*time.Minute))
 	wantByKey, wantRejected := expected(t, cfg, msgs)
 	t.Logf("fleet: %d messages; reference run: %d keyed results, %d rejected inputs", len(msgs), len(wantByKey), len(wantRejected))
 	revisions := testenv.Revisions(wantByKey)

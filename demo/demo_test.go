@@ -23,6 +23,7 @@ import (
 	"github.com/km0/edgeproc/engine"
 	"github.com/km0/edgeproc/fleet"
 	"github.com/km0/edgeproc/internal/testenv"
+	"github.com/km0/edgeproc/market"
 	"github.com/km0/edgeproc/result"
 )
 
@@ -269,7 +270,7 @@ func TestFleet_MovesAcrossTheServiceArea(t *testing.T) {
 	fc := fleetTweaks()
 	fc.Couriers, fc.Duration, fc.Seed = DefaultCouriers, 3*time.Minute, 1
 	f := fleet.New(fc)
-	e := engine.New(engine.ConfigFrom(cfg), func([]result.Record) {})
+	e := engine.New(market.EngineConfig(cfg), func([]result.Record) {})
 	for ev, ok := f.Next(); ok; ev, ok = f.Next() {
 		e.Push(&engine.Input{Payload: fleet.AppendJSON(nil, ev, false), Arrival: ev.Arrival, HasArrival: true})
 	}

@@ -1,14 +1,12 @@
 package engine
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math"
 	"sync"
 	"sync/atomic"
 
-	"github.com/km0/edgeproc/checkpoint"
 	"github.com/km0/edgeproc/geo"
 	"github.com/km0/edgeproc/internal/wire"
 	"github.com/km0/edgeproc/position"
@@ -427,35 +425,6 @@ func readCourier(spec window.Spec, r *wire.Reader, c *courier, version uint64) e
 		return fmt.Errorf("%w: courier %q: timestamps out of range", ErrSnapshotCorrupt, c.name)
 	}
 	return nil
-}
-
-// Recover starts an engine from the newest recovery point of store, or an
-// empty one when the store has none, and returns the tag it reflects: the
-// caller replays its log after it. Both sources recover through it. A
-// snapshot this configuration cannot restore fails with an error wrapping
-// ErrSnapshotConfig, ErrSnapshotVersion or ErrSnapshotCorrupt (see
-// Refused); one whose tag is not its point's wraps checkpoint.ErrCorrupt.
-func Recover(ctx context.Context, cfg Config, sink Sink, store checkpoint.Store) (*Engine, uint64, error) {
-	p, ok, err := store.Load(ctx)
-	if err != nil {
-		return nil, 0, err
-	}
-	if !ok {
-		return New(cfg, sink), 0, nil
-	}
-	snap, err := Merge(cfg, p.Snapshot, p.Deltas...)
-	if err != nil {
-		return nil, 0, fmt.Errorf("restore %s: %w", p.Name, err)
-	}
-	eng, tag, err := Restore(cfg, sink, snap)
-	if err != nil {
-		return nil, 0, fmt.Errorf("restore %s: %w", p.Name, err)
-	}
-	if tag != p.Tag {
-		eng.Stop()
-		return nil, 0, fmt.Errorf("restore %s: %w: it is stored as tag %d, its snapshot says %d", p.Name, checkpoint.ErrCorrupt, p.Tag, tag)
-	}
-	return eng, tag, nil
 }
 
 // Refused reports whether err is a snapshot Restore refuses as it is

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -11,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/km0/edgeproc/checkpoint"
 	"github.com/km0/edgeproc/fleet"
 	"github.com/km0/edgeproc/geo"
 	"github.com/km0/edgeproc/result"
@@ -242,73 +240,6 @@ func TestRestore_RefusesForeignSnapshots(t *testing.T) {
 }
 
 // pointStore is a checkpoint.Store holding at most one recovery point.
-type pointStore struct {
-	p   checkpoint.Point
-	ok  bool
-	err error
-}
-
-func (s pointStore) Load(context.Context) (checkpoint.Point, bool, error) { return s.p, s.ok, s.err }
-func (s pointStore) Save(context.Context, uint64, [][]byte) (int64, error) {
-	return 0, errors.New("read-only")
-}
-
-// TestRecover: both sources recover through Recover, so its cases are
-// theirs: no recovery point starts empty at tag 0, a point restores at its
-// tag, a store's error is returned as it is, a point whose tag is not its
-// snapshot's is corrupt (and not Refused: it is the store's fault, not the
-// configuration's), and a snapshot of another configuration is Refused.
-func TestRecover(t *testing.T) {
-	cfg := benchConfig(2)
-	snap := snapshotOf(t, cfg, smallFleet(9)[:2000]) // tag 7
-	other := cfg
-	other.Gap++
-	loadErr := errors.New("bucket unreachable")
-	cases := []struct {
-		name    string
-		cfg     Config
-		store   pointStore
-		tag     uint64
-		wantErr error
-		refused bool
-	}{
-		{"none", cfg, pointStore{}, 0, nil, false},
-		{"a point", cfg, pointStore{p: checkpoint.Point{Tag: 7, Snapshot: snap, Name: "p7"}, ok: true}, 7, nil, false},
-		{"load fails", cfg, pointStore{err: loadErr}, 0, loadErr, false},
-		{"tag disagrees", cfg, pointStore{p: checkpoint.Point{Tag: 8, Snapshot: snap, Name: "p8"}, ok: true}, 0, checkpoint.ErrCorrupt, false},
-		{"another configuration", other, pointStore{p: checkpoint.Point{Tag: 7, Snapshot: snap, Name: "p7"}, ok: true}, 0, ErrSnapshotConfig, true},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			e, tag, err := Recover(context.Background(), c.cfg, func([]result.Record) {}, c.store)
-			if e != nil {
-				defer e.Stop()
-			}
-			if !errors.Is(err, c.wantErr) || (err == nil) != (c.wantErr == nil) {
-				t.Fatalf("err %v, want %v", err, c.wantErr)
-			}
-			if err != nil {
-				if e != nil {
-					t.Errorf("an engine with the error %v", err)
-				}
-				if Refused(err) != c.refused {
-					t.Errorf("Refused(%v) = %v, want %v", err, !c.refused, c.refused)
-				}
-				if c.store.ok && !strings.Contains(err.Error(), c.store.p.Name) {
-					t.Errorf("error %q does not name the point %s", err, c.store.p.Name)
-				}
-				return
-			}
-			if tag != c.tag {
-				t.Errorf("tag %d, want %d", tag, c.tag)
-			}
-			if got := e.Stats().Couriers; c.store.ok && got == 0 {
-				t.Errorf("restored no couriers")
-			}
-		})
-	}
-}
-
 // FuzzRestore: no snapshot, however damaged, makes Restore panic, under
 // each configuration: without allowed lateness (version 2 snapshots
 // restore there too), with it (retained windows in the state) and with

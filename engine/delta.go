@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/km0/edgeproc/checkpoint"
 	"github.com/km0/edgeproc/internal/wire"
 	"github.com/km0/edgeproc/sessions"
 	"github.com/km0/edgeproc/window"
@@ -26,16 +25,6 @@ const (
 	deltaCourier   = 1
 	deltaForgotten = 2
 )
-
-// CheckpointAs takes the checkpoint a checkpoint.Checkpointer planned:
-// incremental on plan.Base (CheckpointDelta), or whole (Checkpoint).
-func (e *Engine) CheckpointAs(plan checkpoint.Plan, tag uint64, done func(snapshot [][]byte)) {
-	if plan.Delta {
-		e.CheckpointDelta(plan.Base, tag, done)
-		return
-	}
-	e.Checkpoint(tag, done)
-}
 
 func (e *Engine) appendDeltaHeader(b []byte, base, tag uint64) []byte {
 	b = append(b, deltaMagic...)

@@ -24,7 +24,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/km0/edgeproc/config"
+	"github.com/km0/edgeproc/defaults"
 	"github.com/km0/edgeproc/entry"
 	"github.com/km0/edgeproc/geo"
 	"github.com/km0/edgeproc/internal/tmath"
@@ -49,7 +49,7 @@ type Config struct {
 	// value is raised to that, as config.Validate requires.
 	RestoreTTL int64
 	// MaxCouriers is how many couriers are tracked at most (contract §3,
-	// Courier limit). Default (<= 0) config.DefaultMaxCouriers.
+	// Courier limit). Default (<= 0) defaults.MaxCouriers.
 	MaxCouriers   int
 	Filter        geo.Filter
 	StoppedBelowM float64
@@ -165,7 +165,7 @@ func New(cfg Config, sink Sink) *Engine {
 		cfg.MaxCouriers = DefaultMaxCouriers
 	}
 	if cfg.DeadZoneCells <= 0 {
-		cfg.DeadZoneCells = config.DefaultDeadZoneCells
+		cfg.DeadZoneCells = defaults.DeadZoneCells
 	}
 	idle := max(tmath.Add(cfg.Size, cfg.AllowedLateness), cfg.Gap)
 	spec := window.NewSpec(cfg.Size, cfg.Slide)
@@ -534,4 +534,33 @@ func (e *Engine) Stats() Stats {
 		st.Watermark = max(st.Watermark, s.stats.watermark.Load())
 	}
 	return st
+}
+
+// Add adds the counters of o to s, as when a market's figures are summed
+// over several engines (the partitions of an instance, and the ended terms
+// of each). The gauges — Couriers, Watermark, InFlight and InFlightMax —
+// are not counters, and are left to the caller.
+func (s *Stats) Add(o Stats) {
+	if s.Rejected == nil {
+		s.Rejected = map[string]int64{}
+	}
+	if s.Results == nil {
+		s.Results = map[string]int64{}
+	}
+	s.Received += o.Received
+	s.Accepted += o.Accepted
+	s.Duplicates += o.Duplicates
+	s.LateDistance += o.LateDistance
+	s.LateSession += o.LateSession
+	s.MissedMemberships += o.MissedMemberships
+	s.Revisions += o.Revisions
+	s.Recovered += o.Recovered
+	s.Evicted += o.Evicted
+	s.DeadZoneRefused += o.DeadZoneRefused
+	for k, v := range o.Rejected {
+		s.Rejected[k] += v
+	}
+	for k, v := range o.Results {
+		s.Results[k] += v
+	}
 }

@@ -12,25 +12,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/km0/edgeproc/config"
+	"github.com/km0/edgeproc/defaults"
 	"github.com/km0/edgeproc/internal/backoff"
 )
 
-// ConfigFrom maps a market's mqtt section to a Source's configuration, for
-// the live service and its stand-ins alike. The URL is taken as written:
-// the service replaces "embedded" with its embedded broker's address.
-func ConfigFrom(c config.MQTT) Config {
-	return Config{
-		URL: c.URL, Topic: c.Topic, ClientID: c.ClientID,
-		Username: c.Username, Password: c.Password(),
-		CAFile: c.CAFile, SessionExpiry: c.SessionExpiry,
-		MaxPayload: c.MaxPacketSize,
-	}
-}
-
 // Defaults applied by Start to zero-valued Config fields.
 const (
-	DefaultSessionExpiry  = config.DefaultSessionExpiry
+	DefaultSessionExpiry  = defaults.SessionExpiry
 	DefaultReceiveMaximum = 1024
 	DefaultConnectTimeout = 10 * time.Second
 	DefaultKeepAlive      = 30 * time.Second
@@ -41,7 +29,7 @@ const (
 	// about a second of it (a refused connection costs the broker little;
 	// the jitter keeps a fleet of edge nodes out of lockstep).
 	DefaultReconnectMax = backoff.Reconnect
-	DefaultMaxPayload   = config.DefaultMaxPacketSize
+	DefaultMaxPayload   = defaults.MaxPacketSize
 	// PacketOverhead is what the announced Maximum Packet Size adds to
 	// MaxPayload: the fixed header (5), the longest topic (2+65535), the
 	// packet identifier (2) and room for properties (4 KiB), so that every

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/internal/backoff"
 	"github.com/km0/edgeproc/internal/testenv"
 )
@@ -173,24 +172,5 @@ func TestConfig_ReconnectsWithinASecond(t *testing.T) {
 		if got := backoff.Delay(attempt, c.ReconnectMin, c.ReconnectMax); got > time.Second {
 			t.Fatalf("attempt %d waits %v, want at most 1s", attempt, got)
 		}
-	}
-}
-
-// TestConfigFrom_MapsEveryField: the market's mqtt section reaches the
-// Source whole, the password read from its environment variable.
-func TestConfigFrom_MapsEveryField(t *testing.T) {
-	t.Setenv("TEST_MQTT_PASSWORD", "s3cret")
-	got := ConfigFrom(config.MQTT{
-		URL: "mqtts://broker:8883", Topic: "km0/g/positions/+", ClientID: "edgeproc-g",
-		Username: "u", PasswordEnv: "TEST_MQTT_PASSWORD", CAFile: "/etc/ca.pem",
-		SessionExpiry: 2 * time.Hour, MaxPacketSize: 4096,
-	})
-	want := Config{
-		URL: "mqtts://broker:8883", Topic: "km0/g/positions/+", ClientID: "edgeproc-g",
-		Username: "u", Password: "s3cret", CAFile: "/etc/ca.pem",
-		SessionExpiry: 2 * time.Hour, MaxPayload: 4096,
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("got %+v, want %+v", got, want)
 	}
 }

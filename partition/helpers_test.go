@@ -15,6 +15,7 @@ import (
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/engine"
 	"github.com/km0/edgeproc/internal/testenv"
+	"github.com/km0/edgeproc/market"
 	"github.com/km0/edgeproc/result"
 )
 
@@ -91,9 +92,13 @@ func setUpRunner(t *testing.T, partitions int) (r *Runner, ns *testenv.NATS, ctx
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.nc = r.deps.Conn
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
+	m := market.New(r.cfg, r, market.Deps{Conn: r.deps.Conn})
+	if ok, err := m.Open(ctx); !ok {
+		t.Fatalf("open the results stream: %v", err)
+	}
+	r.attach(m)
 	if err := r.setup(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +126,8 @@ func startInstance(t testing.TB, cfg config.Config, nc *nats.Conn, name string, 
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	in := &instance{t: t, r: r, nc: nc, cancel: cancel, done: make(chan error, 1)}
-	go func() { in.done <- r.Run(ctx) }()
+	m := market.New(cfg, r, market.Deps{Conn: nc, Log: log})
+	go func() { in.done <- m.Run(ctx) }()
 	t.Cleanup(in.Stop)
 	return in
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/km0/edgeproc/checkpoint"
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/engine"
+	"github.com/km0/edgeproc/market"
 )
 
 const (
@@ -121,7 +122,7 @@ func deafGap(j config.JetStream) time.Duration { return 4 * fetchWait(j) }
 // filter and its deaf-gap rule. An owner and anything replaying the
 // partition's stream (a test, an operator's check) use it alike.
 func EngineConfig(cfg config.Config, n int) engine.Config {
-	ecfg := engine.ConfigFrom(cfg)
+	ecfg := market.EngineConfig(cfg)
 	subject := cfg.JetStream.PartitionSubject(n)
 	ecfg.Topic = natsToMQTT(subject[:len(subject)-1]) + "+"
 	// A partition's engine sees its own couriers only: its dead zones
@@ -312,7 +313,7 @@ func (p *part) lose(why string) {
 // release ends the owned term at shutdown: a final checkpoint once every
 // result is acked, then the pin is given up so a successor need not wait
 // for the TTL. Meanwhile the pin is renewed, so that the lease holds for
-// the results still on their way. All of it within drainTimeout: results
+// the results still on their way. All of it within the market's drain: results
 // NATS does not acknowledge (a stream without a leader) must not keep the
 // process from stopping; the successor then resumes from the previous
 // checkpoint and re-derives what was not recorded.
@@ -329,9 +330,9 @@ func (p *part) release() {
 		p.stop(t)
 		return
 	}
-	if !p.finalCheckpoint(t, time.Now().Add(drainTimeout)) {
+	if drain := p.r.mkt.Drain(); !p.finalCheckpoint(t, time.Now().Add(drain)) {
 		p.r.log.Warn("final checkpoint not recorded in time; a successor resumes from the previous one",
-			"partition", p.n, "epoch", t.epoch, "drain_timeout", drainTimeout)
+			"partition", p.n, "epoch", t.epoch, "drain_timeout", drain)
 	}
 	t.fence() // after the final checkpoint, nothing more goes out
 	p.stop(t)
@@ -346,7 +347,7 @@ func (p *part) stop(t *term) {
 	p.ckpt.Store(nil)
 	st, cs := t.eng.Stats(), t.ckpt.Stats()
 	p.pastMu.Lock()
-	addStats(&p.past, st)
+	p.past.Add(st)
 	addCheckpoints(&p.pastCkpt, cs)
 	p.pastMu.Unlock()
 }

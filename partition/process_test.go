@@ -24,6 +24,7 @@ import (
 	"github.com/km0/edgeproc/board"
 	"github.com/km0/edgeproc/bridge"
 	"github.com/km0/edgeproc/config"
+	"github.com/km0/edgeproc/defaults"
 	"github.com/km0/edgeproc/engine"
 	"github.com/km0/edgeproc/internal/testenv"
 	"github.com/km0/edgeproc/internal/tmath"
@@ -717,7 +718,7 @@ func checkOperatorView(t *testing.T, nc *nats.Conn, url string, cfg config.Confi
 		var lo engine.Stats
 		for _, n := range owned {
 			if s := v.parts[n]; s.Epoch == 1 && s.Takeovers == 1 {
-				addStats(&lo, whole[n])
+				lo.Add(whole[n])
 				wholeTerms++
 			}
 		}
@@ -790,7 +791,7 @@ func checkOperatorView(t *testing.T, nc *nats.Conn, url string, cfg config.Confi
 	if err != nil {
 		t.Fatal(err)
 	}
-	bucket, err := js.KeyValue(ctx, config.CourierBucket(cfg.Market))
+	bucket, err := js.KeyValue(ctx, defaults.CourierBucket(cfg.Market))
 	if err != nil {
 		t.Fatalf("courier bucket: %v", err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/internal/backoff"
+	"github.com/km0/edgeproc/market"
 	"github.com/km0/edgeproc/mqtt"
 )
 
@@ -83,7 +84,7 @@ func newRelay(r *Runner) *relay {
 // CLIENT_ID-INSTANCE), so what the broker kept for it while it was away,
 // or handed it and got no ack for, comes to it when it is back.
 func relayConfig(cfg config.Config, inst string) mqtt.Config {
-	mc := mqtt.ConfigFrom(cfg.MQTT)
+	mc := market.MQTTConfig(cfg.MQTT)
 	mc.ClientID = cfg.MQTT.ClientID + "-" + inst
 	return mc
 }

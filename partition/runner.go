@@ -38,35 +38,24 @@ import (
 	"os"
 	"runtime"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/km0/edgeproc/board"
 	"github.com/km0/edgeproc/bridge"
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/engine"
-	"github.com/km0/edgeproc/internal/backoff"
-	"github.com/km0/edgeproc/metrics"
+	"github.com/km0/edgeproc/market"
 	"github.com/km0/edgeproc/output"
 )
 
 const (
 	// group is the priority group every instance pulls in.
 	group = "owner"
-	// setupAttempt bounds one attempt to create the streams, consumers and
-	// stores at start. Short, because on nats-server 2.15.3 concurrent
-	// CreateOrUpdate calls for one new replicated asset (instances starting
-	// together) may never be answered: the next attempt finds it created.
-	setupAttempt = 5 * time.Second
 	// opTimeout bounds one checkpoint or claim operation.
 	opTimeout = 30 * time.Second
-	// drainTimeout bounds the shutdown: final checkpoints and the acks of
-	// the results before them.
-	drainTimeout = config.DefaultDrainTimeout
 )
 
 // Deps are a Runner's collaborators.
@@ -98,19 +87,16 @@ type Runner struct {
 	inst  string
 	start time.Time
 
-	nc    *nats.Conn
-	js    jetstream.JetStream
-	kv    jetstream.KeyValue
-	obs   jetstream.ObjectStore
-	br    *bridge.Bridge
-	out   *output.Sink
-	board *board.Feed // nil: no board
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	kv  jetstream.KeyValue
+	obs jetstream.ObjectStore
+	// The market shell the runner runs in, its results bridge and
+	// output; set when Run starts.
+	mkt *market.Market
+	br  *bridge.Bridge
+	out *output.Sink
 
-	// ackLatency is the time from a result handed to the bridge to its
-	// JetStream ack.
-	ackLatency metrics.Histogram
-	// dead is the error that ended Run before it was asked to stop.
-	dead atomic.Pointer[error]
 	// mismatch says why the server's mapping disagrees with
 	// jetstream.partitions; nil or "" while it agrees (watchMapping).
 	mismatch atomic.Pointer[string]
@@ -183,104 +169,48 @@ func New(cfg config.Config, deps Deps) (*Runner, error) {
 	return r, nil
 }
 
-// SetBoard gives the market's fleet board feed to the runner, before Run:
-// its partitions' positions and results go there as they go to the
-// courier bucket.
-func (r *Runner) SetBoard(f *board.Feed) { r.board = f }
-
 // Instance is the name this runner records as a partition's owner.
 func (r *Runner) Instance() string { return r.inst }
 
 // Run sets up the stream, consumers and stores (retrying while NATS is
 // unreachable), runs every partition until ctx ends, then shuts down: the
 // owned partitions stop pulling, take a final checkpoint once their results
-// are acked, and release their pins so that a successor takes over at once.
-// An error that no retry can fix (the results stream's configuration) ends
-// it at once; Dead reports it from then on.
-func (r *Runner) Run(ctx context.Context) error {
-	r.nc = r.deps.Conn
-	if err := r.retrySetup(ctx); err != nil || ctx.Err() != nil {
-		if err != nil {
-			r.die(err)
-		}
-		return err
+// are acked (within the market's drain), and release their pins so that a
+// successor takes over at once. m is the market shell: its sink is open.
+// An error that no retry can fix ends it at once.
+func (r *Runner) Run(ctx context.Context, m *market.Market) error {
+	r.attach(m)
+	if ok, _ := market.Retry(ctx, r.log, "set up the positions stream", r.setup, nil); !ok {
+		return nil // ctx ended first
 	}
 	close(r.ready)
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
-		defer cancel()
-		if err := r.br.Close(dctx); err != nil {
-			r.log.Warn("results not all acknowledged at shutdown", "err", err)
-		}
-	}()
+	m.Running()
 	if r.relay != nil {
 		if err := r.relay.start(ctx, r.nc); err != nil {
-			err = fmt.Errorf("mqtt ingest: %w", err)
-			r.die(err)
-			return err
+			return fmt.Errorf("mqtt ingest: %w", err)
 		}
-		defer func() {
-			dctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
-			defer cancel()
-			r.relay.close(dctx)
-		}()
+		defer r.relay.close(m.DrainContext())
 	}
-	var wg sync.WaitGroup
+	var parts market.Stopper
 	for _, p := range r.parts {
-		wg.Go(func() { p.run(ctx) })
+		pctx, stop := context.WithCancel(ctx)
+		parts.Go(func() { p.run(pctx) }, stop)
 	}
-	wg.Go(func() { r.watchMapping(ctx) })
-	wg.Go(func() { r.balance(ctx) })
+	wctx, stopWatch := context.WithCancel(ctx)
+	parts.Go(func() { r.watchMapping(wctx) }, stopWatch)
+	bctx, stopBalance := context.WithCancel(ctx)
+	parts.Go(func() { r.balance(bctx) }, stopBalance)
 	r.log.Info("partitions running", "stream", r.cfg.JetStream.Stream, "partitions", len(r.parts))
-	wg.Wait()
+	<-ctx.Done()
+	parts.Stop()
 	return nil
 }
 
-// die records the error that ends Run and says so at once. The error
-// names the cause only: /healthz, the log's market attribute and the
-// caller name the market.
-func (r *Runner) die(err error) {
-	if r.dead.CompareAndSwap(nil, &err) {
-		r.log.Error("market failed and stops; /healthz reports it", "err", err)
-	}
+// attach makes m the runner's market: its results go to m's sink.
+func (r *Runner) attach(m *market.Market) {
+	r.mkt, r.nc = m, r.deps.Conn
+	r.br, r.out = m.Sink().Bridge(), m.Sink().Output()
 }
-
-// Dead is the error that ended Run, or nil.
-func (r *Runner) Dead() error {
-	if err := r.dead.Load(); err != nil {
-		return *err
-	}
-	return nil
-}
-
-// retrySetup calls setup until it succeeds or ctx ends.
-func (r *Runner) retrySetup(ctx context.Context) error {
-	for attempt := 1; ; attempt++ {
-		sctx, cancel := context.WithTimeout(ctx, setupAttempt)
-		err := r.setup(sctx)
-		cancel()
-		if err == nil || ctx.Err() != nil {
-			return nil
-		}
-		var cfgErr *configError
-		if errors.As(err, &cfgErr) || bridge.Refused(err) {
-			return err
-		}
-		delay := backoff.Delay(attempt, 100*time.Millisecond, backoff.Reconnect)
-		r.log.Warn("set-up failed, retrying", "err", err, "retry_in", delay)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(delay):
-		}
-	}
-}
-
-// configError is a set-up failure no retry can fix.
-type configError struct{ err error }
-
-func (e *configError) Error() string { return e.err.Error() }
-func (e *configError) Unwrap() error { return e.err }
 
 // setup creates what is missing: the positions stream (if absent), one
 // durable consumer per partition, the checkpoint bucket and object store,
@@ -349,15 +279,6 @@ func (r *Runner) setup(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("partition: snapshot store: %w", err)
 	}
-	bcfg := bridge.ConfigFrom(r.cfg)
-	bcfg.OnAcked = r.ackLatency.Observe
-	if err := bcfg.Validate(); err != nil {
-		return &configError{fmt.Errorf("partition: market %s: %w", r.cfg.Market, err)}
-	}
-	if r.br, err = bridge.Open(ctx, r.nc, bcfg, r.log); err != nil {
-		return err
-	}
-	r.out = output.New(r.br, r.board)
 	return nil
 }
 

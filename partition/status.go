@@ -2,6 +2,7 @@ package partition
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -83,7 +84,7 @@ func unixNano(ns int64) time.Time {
 }
 
 // Results returns the counters of the results bridge (zero before
-// set-up).
+// Run).
 func (r *Runner) Results() bridge.Stats {
 	select {
 	case <-r.ready:
@@ -93,36 +94,19 @@ func (r *Runner) Results() bridge.Stats {
 	}
 }
 
-// Ready reports whether set-up is done and NATS is connected: the instance
-// can own partitions (it need not own any).
-func (r *Runner) Ready() bool {
-	select {
-	case <-r.ready:
-		return r.nc.IsConnected()
-	default:
-		return false
-	}
-}
-
 // NotReady says why the instance cannot do its part of the market's job,
-// or "" when it can: set up, connected, its results stream taking
-// results, and no partition it was handed refused (a snapshot its
-// configuration cannot restore, such as changed windows: that partition
-// is processed by nobody until an instance can).
+// or "" when it can (the market shell adds its results stream): set up,
+// connected, the relay hearing its broker, and no partition it was handed
+// refused (a snapshot its configuration cannot restore, such as changed
+// windows: that partition is processed by nobody until an instance can).
 func (r *Runner) NotReady() string {
-	if err := r.Dead(); err != nil {
-		return "dead: " + err.Error()
-	}
 	select {
 	case <-r.ready:
 	default:
 		return "nats: setting up the streams"
 	}
-	switch {
-	case !r.nc.IsConnected():
+	if !r.nc.IsConnected() {
 		return "nats: not connected"
-	case !r.br.StreamReady():
-		return "nats: stream " + r.br.Config().Stream + " not ready"
 	}
 	if r.relay != nil {
 		if why := r.relay.ready(); why != "" {
@@ -141,26 +125,25 @@ func (r *Runner) NotReady() string {
 	return strings.Join(refused, "; ")
 }
 
-// Snapshot is the market's state for the metrics every source reports,
-// summed over this instance's partitions: the counters of every term it
+// Stats adds to s the market's state for the metrics every source
+// reports, summed over this instance's partitions: the counters of every term it
 // ran (ended terms' included, so a counter never goes back when a
 // partition changes hands; a takeover's replay of the stream since the
 // checkpoint is counted again, as a restart's replay of the log is), the
 // couriers of the partitions it owns now, and the lowest watermark among
 // them (the market's event time is as far as its slowest partition).
-func (r *Runner) Snapshot() metrics.Snapshot {
-	s := metrics.Snapshot{Ready: r.NotReady() == "", Failed: r.Dead() != nil}
+func (r *Runner) Stats(s *metrics.Snapshot) {
 	select {
 	case <-r.ready:
 	default:
-		return s
+		return
 	}
 	st := engine.Stats{Rejected: map[string]int64{}, Results: map[string]int64{}, Watermark: tmath.Never}
 	owned := false
 	var cs checkpoint.Stats
 	for _, p := range r.parts {
 		p.pastMu.Lock()
-		addStats(&st, p.past)
+		st.Add(p.past)
 		addCheckpoints(&cs, p.pastCkpt)
 		p.pastMu.Unlock()
 		if c := p.ckpt.Load(); c != nil {
@@ -168,7 +151,7 @@ func (r *Runner) Snapshot() metrics.Snapshot {
 		}
 		if e := p.eng.Load(); e != nil {
 			es := e.Stats()
-			addStats(&st, es)
+			st.Add(es)
 			st.Couriers += es.Couriers
 			st.InFlight += es.InFlight
 			st.InFlightMax += es.InFlightMax
@@ -178,34 +161,8 @@ func (r *Runner) Snapshot() metrics.Snapshot {
 		}
 	}
 	s.Engine, s.HasEngine = st, true
-	s.Bridge, s.HasBridge, s.StreamReady = r.br.Stats(), true, r.br.StreamReady()
-	s.ResultLatency, s.HasResultLatency = r.ackLatency.Snapshot(), true
 	s.Durability.SetCheckpoints(cs)
 	s.HasDurability = true
-	return s
-}
-
-// addStats adds the counters of src to dst. Gauges (couriers, chunks in
-// flight, the watermark) are the caller's.
-func addStats(dst *engine.Stats, src engine.Stats) {
-	if dst.Rejected == nil {
-		dst.Rejected, dst.Results = map[string]int64{}, map[string]int64{}
-	}
-	dst.Received += src.Received
-	dst.Accepted += src.Accepted
-	dst.Duplicates += src.Duplicates
-	dst.LateDistance += src.LateDistance
-	dst.LateSession += src.LateSession
-	dst.MissedMemberships += src.MissedMemberships
-	dst.Revisions += src.Revisions
-	dst.Recovered += src.Recovered
-	dst.Evicted += src.Evicted
-	for k, v := range src.Rejected {
-		dst.Rejected[k] += v
-	}
-	for k, v := range src.Results {
-		dst.Results[k] += v
-	}
 }
 
 // addCheckpoints adds the checkpoint figures of src to dst: counts add
@@ -217,6 +174,16 @@ func addCheckpoints(dst *checkpoint.Stats, src checkpoint.Stats) {
 	if src.Last.After(dst.Last) {
 		dst.Last, dst.Duration, dst.Bytes = src.Last, src.Duration, src.Bytes
 	}
+}
+
+// Extend serves the partitions' ownership at /partitions/MARKET and adds
+// their per-partition metrics to the market's listener.
+func (r *Runner) Extend(mux *http.ServeMux, reg *prometheus.Registry) error {
+	mux.Handle("GET /partitions/"+r.cfg.Market, r.StatusHandler())
+	if err := reg.Register(r.Collector()); err != nil {
+		return fmt.Errorf("register partition metrics of %s: %w", r.cfg.Market, err)
+	}
+	return nil
 }
 
 // StatusHandler serves the instance's partitions as JSON: the market, the
@@ -293,5 +260,16 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.fenced, prometheus.CounterValue, float64(s.Fenced), lv...)
 		ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(s.Dropped), lv...)
 		ch <- prometheus.MustNewConstMetric(c.caughtUp, prometheus.CounterValue, float64(s.CaughtUp), lv...)
+	}
+}
+
+// Ready reports whether set-up is done and NATS is connected: the instance
+// can own partitions (it need not own any).
+func (r *Runner) Ready() bool {
+	select {
+	case <-r.ready:
+		return r.nc.IsConnected()
+	default:
+		return false
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/km0/edgeproc/checkpoint"
 	"github.com/km0/edgeproc/engine"
 	"github.com/km0/edgeproc/entry"
+	"github.com/km0/edgeproc/market"
 	"github.com/km0/edgeproc/output"
 	"github.com/km0/edgeproc/result"
 )
@@ -93,14 +94,14 @@ func (p *part) claim(ctx context.Context, pin string, sent time.Time) (*term, er
 	ecfg := r.ecfg[p.n]
 	ecfg.OnPosition = t.out.Position
 	ecfg.OnForget = t.out.Forget
-	eng, seq, err := engine.Recover(cctx, ecfg, t.sink, t)
+	eng, seq, err := market.Recover(cctx, ecfg, t.sink, t)
 	if err != nil {
 		t.cancelPub()
 		return nil, err
 	}
 	t.eng, t.last = eng, seq
 	t.lease.Store(sent.Add(r.cfg.JetStream.PinTTL - p.leaseMargin()).UnixNano())
-	t.ckpt = checkpoint.NewCheckpointer(r.br.Flush, t, seq)
+	t.ckpt = checkpoint.NewCheckpointer(r.mkt.Sink().Flush, t, seq)
 	p.ckptSeq.Store(seq)
 	return t, nil
 }
@@ -441,7 +442,7 @@ func (t *term) checkpoint(after func()) bool {
 		return false
 	}
 	seq, start := t.last, time.Now()
-	t.eng.CheckpointAs(plan, seq, func(snap [][]byte) {
+	market.Barrier(t.eng, plan, seq, func(snap [][]byte) {
 		if after != nil {
 			defer after()
 		}

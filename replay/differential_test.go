@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/km0/edgeproc/config"
+	"github.com/km0/edgeproc/defaults"
 	"github.com/km0/edgeproc/engine"
 	"github.com/km0/edgeproc/fleet"
 	"github.com/km0/edgeproc/geo"
@@ -31,7 +31,7 @@ func refParams(c engine.Config) reference.Params {
 		MinMoveM:    c.Filter.MinMoveM, MaxSpeedKmh: c.Filter.MaxSpeedKmh, StoppedBelowM: c.StoppedBelowM,
 		H3Resolution:     c.H3Resolution,
 		DeadZoneWindowMs: c.DeadZoneWindow, DeadZoneRes: c.DeadZoneResolution,
-		DeadZoneMaxCells: cmp.Or(c.DeadZoneCells, config.DefaultDeadZoneCells),
+		DeadZoneMaxCells: cmp.Or(c.DeadZoneCells, defaults.DeadZoneCells),
 		Area:             c.Area,
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/km0/edgeproc/board"
 	"github.com/km0/edgeproc/internal/tmath"
+	"github.com/km0/edgeproc/market"
 	"github.com/km0/edgeproc/result"
 )
 
@@ -15,14 +16,14 @@ import (
 // among them. It returns ln wrapped so that closing the listener — which
 // both Shutdown and Close do — stops the board and ends its event streams,
 // so a graceful shutdown does not wait for the open pages.
-func attachBoard(srv *http.Server, ln net.Listener, ms []unit, deps *Deps) net.Listener {
+func attachBoard(srv *http.Server, ln net.Listener, ms []*market.Market, deps *Deps) net.Listener {
 	var (
-		on    []unit
+		on    []*market.Market
 		bms   []board.Market
 		tiles string
 	)
 	for _, m := range ms {
-		c := m.conf()
+		c := m.Config()
 		if !c.HTTP.Board {
 			continue
 		}
@@ -41,7 +42,7 @@ func attachBoard(srv *http.Server, ln net.Listener, ms []unit, deps *Deps) net.L
 		return ln
 	}
 	for _, m := range on {
-		m.setBoard(hub.Feed(m.conf().Market))
+		m.SetBoard(hub.Feed(m.Config().Market))
 	}
 	mux := http.NewServeMux()
 	bh := hub.Handler()
@@ -65,11 +66,11 @@ func (l *boardListener) Close() error {
 	return err
 }
 
-// boardStatus is a unit's health as the board shows it. Its source is
+// boardStatus is a market's health as the board shows it. Its source is
 // the MQTT broker, or NATS for a partitioned market.
-func boardStatus(u unit) func() board.Status {
+func boardStatus(m *market.Market) func() board.Status {
 	return func() board.Status {
-		s := u.snapshot()
+		s := m.Snapshot()
 		source := s.HasMQTT && s.MQTT.Connected
 		if !s.HasMQTT {
 			source = s.HasBridge && s.Bridge.Connected

@@ -18,6 +18,7 @@ import (
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/engine"
 	"github.com/km0/edgeproc/internal/testenv"
+	"github.com/km0/edgeproc/market"
 	"github.com/km0/edgeproc/replay"
 	"github.com/km0/edgeproc/service"
 )
@@ -205,7 +206,7 @@ func expectedResults(tb testing.TB, cfg config.Config, inputs []engine.Input) ma
 	tb.Helper()
 	file, last := replayFile(inputs)
 	var out bytes.Buffer
-	if _, err := replay.Run(engine.ConfigFrom(cfg), bytes.NewReader(file), &out); err != nil {
+	if _, err := replay.Run(market.EngineConfig(cfg), bytes.NewReader(file), &out); err != nil {
 		tb.Fatalf("replay: %v", err)
 	}
 	want := map[string]string{}

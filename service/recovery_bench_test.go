@@ -21,9 +21,11 @@ import (
 
 	"github.com/km0/edgeproc/checkpoint"
 	"github.com/km0/edgeproc/config"
+	"github.com/km0/edgeproc/defaults"
 	"github.com/km0/edgeproc/engine"
 	"github.com/km0/edgeproc/entry"
 	"github.com/km0/edgeproc/internal/testenv"
+	"github.com/km0/edgeproc/market"
 	"github.com/km0/edgeproc/result"
 	"github.com/km0/edgeproc/service"
 	"github.com/km0/edgeproc/wal"
@@ -58,7 +60,7 @@ func BenchmarkRecovery200k(b *testing.B) {
 	// The configuration `edgeproc run` would load: the product's
 	// defaults, so that the engine the state is built with has the
 	// fingerprint the service checks the snapshot against.
-	cfg := recoveryConfig(b, tmpl, config.DefaultMQTTURL, config.DefaultNATSURL)
+	cfg := recoveryConfig(b, tmpl, defaults.MQTTURL, defaults.NATSURL)
 	st := buildRecoveryState(b, cfg)
 	runtime.GC()
 	debug.FreeOSMemory() // the builder's engine is gone: the restored one starts on a clean heap
@@ -174,7 +176,7 @@ type recoveryState struct {
 func buildRecoveryState(b *testing.B, cfg config.Config) recoveryState {
 	b.Helper()
 	dir := cfg.State.Dir
-	ecfg := engine.ConfigFrom(cfg)
+	ecfg := market.EngineConfig(cfg)
 	ecfg.Topic = cfg.MQTT.Topic
 	eng := engine.New(ecfg, func([]result.Record) {})
 	defer eng.Stop()

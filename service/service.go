@@ -89,14 +89,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/km0/edgeproc/config"
+	"github.com/km0/edgeproc/defaults"
 	"github.com/km0/edgeproc/engine"
+	"github.com/km0/edgeproc/market"
 	"github.com/km0/edgeproc/metrics"
+	"github.com/km0/edgeproc/mqttsource"
 	"github.com/km0/edgeproc/partition"
 )
 
 // DefaultDrainTimeout bounds the shutdown wait for outstanding JetStream
 // acks (Deps.DrainTimeout).
-const DefaultDrainTimeout = config.DefaultDrainTimeout
+const DefaultDrainTimeout = defaults.DrainTimeout
 
 // Deps are what Run gets from its caller rather than from the
 // configuration. Every field is optional.
@@ -172,21 +175,17 @@ func Run(ctx context.Context, cfgs []config.Config, deps Deps) error {
 		return err
 	}
 
-	markets := make([]unit, len(cfgs))
+	markets := make([]*market.Market, len(cfgs))
 	for i, c := range cfgs {
 		nc := deps.NATS
 		if c.NATS.URL != Embedded {
 			nc = conns[natsKey(c)]
 		}
-		if c.Source != "jetstream" {
-			markets[i] = newMarket(c, nc, &deps)
-			continue
-		}
-		p, err := newPartitioned(c, partition.Deps{Log: deps.Log, Conn: nc, Shards: deps.Shards, MQTTURL: deps.MQTTURL})
+		src, err := newSource(c, nc, &deps)
 		if err != nil {
 			return fmt.Errorf("service: %w", err)
 		}
-		markets[i] = p
+		markets[i] = market.New(c, src, market.Deps{Log: deps.Log, Conn: nc, Drain: deps.DrainTimeout})
 	}
 
 	servers, err := startHTTP(markets, &deps)
@@ -197,7 +196,7 @@ func Run(ctx context.Context, cfgs []config.Config, deps Deps) error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(markets))
 	for i, m := range markets {
-		wg.Go(func() { errs[i] = m.run(ctx, deps.DrainTimeout) })
+		wg.Go(func() { errs[i] = m.Run(ctx) })
 	}
 	wg.Wait()
 
@@ -207,6 +206,15 @@ func Run(ctx context.Context, cfgs []config.Config, deps Deps) error {
 		errs = append(errs, s.Shutdown(sctx))
 	}
 	return errors.Join(errs...)
+}
+
+// newSource is the source of a market: its MQTT session and write-ahead
+// log, or this instance's share of its partitioned stream.
+func newSource(c config.Config, nc *nats.Conn, deps *Deps) (market.Source, error) {
+	if c.Source == "jetstream" {
+		return partition.New(c, partition.Deps{Log: deps.Log, Conn: nc, Shards: deps.Shards, MQTTURL: deps.MQTTURL})
+	}
+	return mqttsource.New(c, deps.Log, mqttsource.Deps{MQTTURL: deps.MQTTURL, Clock: deps.Clock, Record: deps.Record, Shards: deps.Shards}), nil
 }
 
 func natsKey(c config.Config) string { return c.NATS.URL + "\x00" + c.NATS.CredsEnv }
@@ -261,11 +269,11 @@ func connectNATS(cfgs []config.Config, deps *Deps) (map[string]*nats.Conn, error
 
 // startHTTP binds one listener per distinct http.listen address and serves
 // /metrics, /healthz and /readyz for the markets on it.
-func startHTTP(markets []unit, deps *Deps) ([]*http.Server, error) {
-	groups := map[string][]unit{}
+func startHTTP(markets []*market.Market, deps *Deps) ([]*http.Server, error) {
+	groups := map[string][]*market.Market{}
 	var addrs []string
 	for _, m := range markets {
-		a := m.conf().HTTP.Listen
+		a := m.Config().HTTP.Listen
 		if groups[a] == nil {
 			addrs = append(addrs, a)
 		}
@@ -284,7 +292,7 @@ func startHTTP(markets []unit, deps *Deps) ([]*http.Server, error) {
 		reg := prometheus.NewRegistry()
 		var mm []metrics.Market
 		for _, m := range ms {
-			mm = append(mm, metrics.Market{Name: m.conf().Market, Snapshot: m.snapshot})
+			mm = append(mm, metrics.Market{Name: m.Config().Market, Snapshot: m.Snapshot})
 		}
 		col := metrics.NewCollector(deps.Clock, mm...)
 		reg.MustRegister(col, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -310,7 +318,7 @@ func startHTTP(markets []unit, deps *Deps) ([]*http.Server, error) {
 		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(deps.Log.Handler(), slog.LevelDebug)}
 		ln = attachBoard(srv, ln, ms, deps)
 		servers = append(servers, srv)
-		webConfig := ms[0].conf().HTTP.WebConfig // the same for all (CheckWebConfig)
+		webConfig := ms[0].Config().HTTP.WebConfig // the same for all (CheckWebConfig)
 		go func() {
 			if err := serveWeb(srv, ln, webConfig, deps.Log); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				deps.Log.Error("http server stopped", "addr", addr, "err", err)
@@ -322,16 +330,16 @@ func startHTTP(markets []unit, deps *Deps) ([]*http.Server, error) {
 }
 
 // handler serves the operations endpoints of markets.
-func handler(reg *prometheus.Registry, markets []unit) (http.Handler, error) {
+func handler(reg *prometheus.Registry, markets []*market.Market) (http.Handler, error) {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	for _, m := range markets {
-		if err := m.extend(mux, reg); err != nil {
+		if err := m.Extend(mux, reg); err != nil {
 			return nil, err
 		}
 	}
 	// Markets sharing a listener share its profiler: any of them asks.
-	if slices.ContainsFunc(markets, func(m unit) bool { return m.conf().HTTP.Pprof }) {
+	if slices.ContainsFunc(markets, func(m *market.Market) bool { return m.Config().HTTP.Pprof }) {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -344,8 +352,8 @@ func handler(reg *prometheus.Registry, markets []unit) (http.Handler, error) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		var dead []string
 		for _, m := range markets {
-			if err := m.deadErr(); err != nil {
-				dead = append(dead, fmt.Sprintf("%s: %v", m.conf().Market, err))
+			if err := m.Dead(); err != nil {
+				dead = append(dead, fmt.Sprintf("%s: %v", m.Config().Market, err))
 			}
 		}
 		if len(dead) > 0 {
@@ -358,8 +366,8 @@ func handler(reg *prometheus.Registry, markets []unit) (http.Handler, error) {
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		var notReady []string
 		for _, m := range markets {
-			if why := m.notReady(); why != "" {
-				notReady = append(notReady, m.conf().Market+": "+why)
+			if why := m.NotReady(); why != "" {
+				notReady = append(notReady, m.Config().Market+": "+why)
 			}
 		}
 		if len(notReady) > 0 {

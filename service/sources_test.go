@@ -15,6 +15,7 @@ import (
 
 	"github.com/km0/edgeproc/bridge"
 	"github.com/km0/edgeproc/config"
+	"github.com/km0/edgeproc/defaults"
 	"github.com/km0/edgeproc/internal/testenv"
 	"github.com/km0/edgeproc/partition"
 	"github.com/km0/edgeproc/service"
@@ -98,11 +99,11 @@ func TestRun_BothSourcesHonourTheNATSAndLimitsKeys(t *testing.T) {
 			t.Errorf("%s: results stream subjects %v, want %s first", market, sc.Subjects, want)
 		}
 		testenv.WaitFor(t, 30*time.Second, "courier bucket of "+market, func() bool {
-			_, err := js.KeyValue(ctx, config.CourierBucket(market))
+			_, err := js.KeyValue(ctx, defaults.CourierBucket(market))
 			return err == nil
 		})
 	}
-	pc := streamOf(config.PositionStream("harbour"))
+	pc := streamOf(defaults.PositionStream("harbour"))
 	if pc.MaxAge != 2*time.Hour || pc.MaxBytes != 50<<20 {
 		t.Errorf("positions stream max_age %v, max_bytes %d; want 2h, %d", pc.MaxAge, pc.MaxBytes, 50<<20)
 	}
@@ -136,7 +137,7 @@ func TestRun_BothSourcesHonourTheNATSAndLimitsKeys(t *testing.T) {
 	// bucket at once, a newer one with the same status not for an hour.
 	// At the default (15 s) it would be there within 19 s, checked below.
 	bucketTS := func(market, courier string) int64 {
-		kv, err := js.KeyValue(ctx, config.CourierBucket(market))
+		kv, err := js.KeyValue(ctx, defaults.CourierBucket(market))
 		if err != nil {
 			return 0
 		}
@@ -202,7 +203,7 @@ func TestRun_BothSourcesHonourTheNATSAndLimitsKeys(t *testing.T) {
 	}
 	// 1.25 default intervals after the newer position: the writer looks
 	// every interval/4 and writes what has been due for an interval.
-	time.Sleep(time.Until(newerSent.Add(config.DefaultKVInterval*5/4 + 2*time.Second)))
+	time.Sleep(time.Until(newerSent.Add(defaults.KVInterval*5/4 + 2*time.Second)))
 	for _, market := range []string{"viaduct", "harbour"} {
 		if ts := bucketTS(market, "c0"); ts != now {
 			t.Errorf("%s: c0 in the bucket at %d, want its first position's %d: nats.kv_interval 1h not honoured", market, ts, now)
@@ -295,7 +296,7 @@ jetstream: {replicas: 1, pin_ttl: 2s, partitions: 2, ingest: gateway}
 			_, body := get("/metrics")
 			return regexp.MustCompile(fmt.Sprintf(`edgeproc_checkpoints_total\{market=%q\} [1-9]`, m)).MatchString(body)
 		})
-		kv, err := js.KeyValue(ctx, config.CourierBucket(m))
+		kv, err := js.KeyValue(ctx, defaults.CourierBucket(m))
 		if err != nil {
 			t.Fatalf("%s: courier bucket: %v", m, err)
 		}

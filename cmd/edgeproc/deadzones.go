@@ -24,6 +24,7 @@ import (
 
 	"github.com/km0/edgeproc/bridge"
 	"github.com/km0/edgeproc/config"
+	"github.com/km0/edgeproc/defaults"
 )
 
 var deadzonesCommand = &command{
@@ -52,7 +53,7 @@ edgeproc deadzones --config /etc/edgeproc/girona.yaml --since 24h --out zones.ge
 		cfgPath := fs.String("config", "", "market configuration `FILE` (required)")
 		inPath := fs.String("in", "", "replay this positions JSONL `FILE`, - for stdin")
 		since := fs.Duration("since", 0, "instead of --in, read the results stream from this long ago (e.g. 24h)")
-		natsURL := fs.String("nats", "", "with --since, NATS `URL` (default: the file's nats.url, else "+config.DefaultNATSURL+")")
+		natsURL := fs.String("nats", "", "with --since, NATS `URL` (default: the file's nats.url, else "+defaults.NATSURL+")")
 		outPath := fs.String("out", "-", "output GeoJSON `FILE`, - for stdout")
 		return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			if *cfgPath == "" || len(args) > 0 || (*inPath == "") == (*since == 0) {

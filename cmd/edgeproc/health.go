@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/km0/edgeproc/config"
+	"github.com/km0/edgeproc/defaults"
 )
 
 var healthCommand = &command{
@@ -24,7 +24,7 @@ open. For a Docker HEALTHCHECK or a script, with no curl in the image.`,
 	setup: func(fs *flag.FlagSet) runFunc {
 		timeout := fs.Duration("timeout", 5*time.Second, "give up after this long")
 		return func(ctx context.Context, args []string, stdout, _ io.Writer) error {
-			url := "http://" + config.DefaultListen + "/healthz"
+			url := "http://" + defaults.Listen + "/healthz"
 			switch len(args) {
 			case 0:
 			case 1:

@@ -12,7 +12,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/km0/edgeproc/config"
-	"github.com/km0/edgeproc/engine"
+	"github.com/km0/edgeproc/market"
 	"github.com/km0/edgeproc/replay"
 )
 
@@ -91,7 +91,7 @@ func openReplayInput(path string, stderr io.Writer) (in io.Reader, close func(),
 // result as a JSON line to out, then the summary line to stderr: the one
 // path of `edgeproc replay` and `edgeproc deadzones --in`.
 func replayResults(cfg config.Config, shards int, in io.Reader, out, stderr io.Writer) error {
-	ecfg := engine.ConfigFrom(cfg)
+	ecfg := market.EngineConfig(cfg)
 	ecfg.Shards = shards
 	sum, err := replay.Run(ecfg, in, out)
 	fmt.Fprintln(stderr, sum)

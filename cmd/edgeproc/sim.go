@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/km0/edgeproc/config"
+	"github.com/km0/edgeproc/defaults"
 	"github.com/km0/edgeproc/fleet"
 	"github.com/km0/edgeproc/sim"
 )
@@ -24,7 +24,7 @@ bounds the whole run, the connection included. Prints one summary line.`,
 	example: "edgeproc sim --mqtt mqtt://127.0.0.1:1883 --market girona --couriers 50 --duration 1m",
 	setup: func(fs *flag.FlagSet) runFunc {
 		var o sim.Options
-		fs.StringVar(&o.URL, "mqtt", config.DefaultMQTTURL, "broker `URL`")
+		fs.StringVar(&o.URL, "mqtt", defaults.MQTTURL, "broker `URL`")
 		fs.StringVar(&o.Market, "market", "", "market `NAME` (required): topic km0/NAME/positions/COURIER")
 		fs.StringVar(&o.TopicPrefix, "topic-prefix", "", "topic `PREFIX` before the courier id (default km0/MARKET/positions/)")
 		fs.IntVar(&o.Couriers, "couriers", 140, "simulated couriers, each sending a position every ~5 s")

@@ -18,6 +18,7 @@ import (
 
 	"github.com/km0/edgeproc/bridge"
 	"github.com/km0/edgeproc/config"
+	"github.com/km0/edgeproc/defaults"
 	"github.com/km0/edgeproc/internal/show"
 	"github.com/km0/edgeproc/service"
 )
@@ -59,8 +60,8 @@ edgeproc tail --config examples/girona.yaml --json --type courier | jq .`,
 		var markets, files, types stringList
 		fs.Var(&markets, "market", "market `NAME` to follow; repeat or comma-separate for several")
 		fs.Var(&files, "config", "follow the market of this configuration `FILE` (its nats.url, stream and subject prefix); repeatable")
-		natsURL := fs.String("nats", "", "NATS `URL` (default: the first file's nats.url, else "+config.DefaultNATSURL+")")
-		prefix := fs.String("subject-prefix", config.DefaultSubjectPrefix, "subject `PREFIX` of --market markets")
+		natsURL := fs.String("nats", "", "NATS `URL` (default: the first file's nats.url, else "+defaults.NATSURL+")")
+		prefix := fs.String("subject-prefix", defaults.SubjectPrefix, "subject `PREFIX` of --market markets")
 		fs.Var(&types, "type", "`TYPES` to show, comma-separated: "+strings.Join(tailTypes, ", ")+" (default: every result type; courier adds each courier state written)")
 		since := fs.Duration("since", 0, "start this long ago (e.g. 10m); 0 = only what arrives from now")
 		asJSON := fs.Bool("json", false, "one JSON object a line instead of text")
@@ -119,7 +120,7 @@ func tailConfigs(markets, files []string, prefix string) ([]config.Config, error
 
 // resultsURL is the NATS URL results are read from: url if set, else
 // cfg's nats.url (cfg nil: none) unless it is embedded, else
-// config.DefaultNATSURL.
+// defaults.NATSURL.
 func resultsURL(url string, cfg *config.Config) string {
 	switch {
 	case url != "":
@@ -127,7 +128,7 @@ func resultsURL(url string, cfg *config.Config) string {
 	case cfg != nil && cfg.NATS.URL != service.Embedded:
 		return cfg.NATS.URL
 	}
-	return config.DefaultNATSURL
+	return defaults.NATSURL
 }
 
 // connectJetStream connects to the NATS server at url as client name

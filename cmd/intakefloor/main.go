@@ -34,6 +34,7 @@ import (
 
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/entry"
+	"github.com/km0/edgeproc/market"
 	"github.com/km0/edgeproc/mqtt"
 	"github.com/km0/edgeproc/wal"
 )
@@ -87,7 +88,7 @@ func run(ctx context.Context, path, mode string, log *slog.Logger) error {
 			log.Error("append", "err", err)
 		}
 	}
-	src, err := mqtt.Start(ctx, mqtt.ConfigFrom(cfg.MQTT), log, handle)
+	src, err := mqtt.Start(ctx, market.MQTTConfig(cfg.MQTT), log, handle)
 	if err != nil {
 		return err
 	}

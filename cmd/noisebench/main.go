@@ -31,6 +31,7 @@ import (
 	"github.com/km0/edgeproc/fleet"
 	"github.com/km0/edgeproc/geo"
 	"github.com/km0/edgeproc/gpsnoise"
+	"github.com/km0/edgeproc/market"
 	"github.com/km0/edgeproc/result"
 )
 
@@ -184,7 +185,7 @@ func run(w io.Writer, c config.Config, seeds int, durMs int64) error {
 // traces.
 func measure(c config.Config, seeds int, durMs int64) ([]*row, error) {
 	c.Market = "bench"
-	def := engine.ConfigFrom(c)
+	def := market.EngineConfig(c)
 	def.Shards = 1
 	off := def
 	off.Filter = geo.Filter{}

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/km0/edgeproc/config"
-	"github.com/km0/edgeproc/engine"
 	"github.com/km0/edgeproc/geo"
 	"github.com/km0/edgeproc/gpsnoise"
+	"github.com/km0/edgeproc/market"
 )
 
 func defaults() config.Config {
@@ -27,7 +27,7 @@ func TestFilter_SameWindowsInAnyArrivalOrder(t *testing.T) {
 	pts := gpsnoise.Synthetic(rng, gpsnoise.Course{SpeedMps: 1.4, TurnEveryS: 90}, 41.98, 2.82, 1_750_000_000_000, stepMs, 3600_000)
 	pts = append(pts, gpsnoise.Synthetic(rng, gpsnoise.Course{}, pts[len(pts)-1].Lat, pts[len(pts)-1].Lon, pts[len(pts)-1].TS+stepMs, stepMs, 1800_000)...)
 	fixes := gpsnoise.Phone.Apply(rng, pts)
-	cfg := engine.ConfigFrom(defaults())
+	cfg := market.EngineConfig(defaults())
 	cfg.Shards = 1
 	want := windows(cfg, fixes)
 	// Each fix is delayed by up to 40 s (the tolerated delay is 45 s) and

@@ -10,6 +10,7 @@ import (
 	"github.com/km0/edgeproc/engine"
 	"github.com/km0/edgeproc/fleet"
 	"github.com/km0/edgeproc/geo"
+	"github.com/km0/edgeproc/market"
 	"github.com/km0/edgeproc/result"
 )
 
@@ -103,7 +104,7 @@ func compareTunnels(name string, cfg engine.Config, couriers int, d time.Duratio
 // measureTunnels returns the rows of the tunnel table: filters off and on,
 // allowed lateness 0 and lateness.
 func measureTunnels(c config.Config, couriers int, d time.Duration, seed int64, lateness time.Duration) []tunnelRow {
-	base := engine.ConfigFrom(c)
+	base := market.EngineConfig(c)
 	base.Market, base.Shards = "tunnel", 2
 	var rows []tunnelRow
 	for _, filtered := range []bool{false, true} {

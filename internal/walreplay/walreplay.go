@@ -15,6 +15,7 @@ import (
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/engine"
 	"github.com/km0/edgeproc/entry"
+	"github.com/km0/edgeproc/market"
 	"github.com/km0/edgeproc/result"
 	"github.com/km0/edgeproc/wal"
 )
@@ -34,7 +35,7 @@ func Results(tb testing.TB, cfg config.Config, drop *regexp.Regexp) map[string]s
 	if first := log.FirstIndex(); first != 1 {
 		tb.Fatalf("the log starts at %d: truncated, it cannot be replayed from the start", first)
 	}
-	ecfg := engine.ConfigFrom(cfg)
+	ecfg := market.EngineConfig(cfg)
 	ecfg.Topic, ecfg.Shards = cfg.MQTT.Topic, 1
 	var mu sync.Mutex
 	want := map[string]string{}

@@ -1,4 +1,4 @@
-package service
+package mqttsource
 
 import (
 	"context"
@@ -12,15 +12,10 @@ import (
 	"github.com/km0/edgeproc/checkpoint"
 	"github.com/km0/edgeproc/engine"
 	"github.com/km0/edgeproc/entry"
+	"github.com/km0/edgeproc/market"
 	"github.com/km0/edgeproc/metrics"
 	"github.com/km0/edgeproc/wal"
 )
-
-// DuplicateWindowMargin is what nats.duplicate_window must exceed twice
-// state.checkpoint_interval by, at least, for a recovery's re-published
-// results to be dropped as duplicates: it stands for the downtime before
-// the restart plus the replay. Run warns at start when it does not.
-const DuplicateWindowMargin = time.Minute
 
 // Subdirectories of state.dir.
 const (
@@ -121,44 +116,19 @@ func (s *localStore) Save(_ context.Context, tag uint64, parts [][]byte) (int64,
 	return c.Size, nil
 }
 
-// flushResults is the market's wait before a checkpoint: the write-ahead
-// log after a checkpoint is the outbox of the results emitted since, so
-// every result emitted up to the barrier must be acked by JetStream (the
-// barrier's snapshot is handed over after the sink received them, so they
-// were all published before this), and none may have been given up.
-func (m *market) flushResults(ctx context.Context) error {
-	if err := m.snk.br.Load().Flush(ctx); err != nil {
-		return fmt.Errorf("wait for JetStream acks: %w", err)
-	}
-	if n := m.snk.lost.Load(); n > 0 {
-		return fmt.Errorf("%d results were never handed to JetStream: not checkpointing past them", n)
-	}
-	return nil
-}
-
 // walOptions maps state.wal_sync to the log's options.
-func (m *market) walOptions() wal.Options {
+func (s *Source) walOptions() wal.Options {
 	mode := wal.SyncBatch
-	switch m.cfg.State.WALSync {
+	switch s.cfg.State.WALSync {
 	case "always":
 		mode = wal.SyncAlways
 	case "none":
 		mode = wal.SyncNone
 	}
 	return wal.Options{
-		Sync: mode, Interval: m.cfg.State.WALBatchInterval, MaxBatch: m.cfg.State.WALBatchMax,
-		OnFsync:     func(d time.Duration, _ int) { m.ckpt.fsync.Observe(d) },
-		OnCommitted: m.drv.h.flush,
-	}
-}
-
-// warnDuplicateWindow warns when a recovery could re-publish results older
-// than the stream's duplicate window, which would then be stored twice.
-func (m *market) warnDuplicateWindow() {
-	dw, ci := m.cfg.NATS.DuplicateWindow, m.cfg.State.CheckpointInterval
-	if need := 2*ci + DuplicateWindowMargin; dw < need {
-		m.log.Warn("nats.duplicate_window is too short for state.checkpoint_interval: results re-published after a crash may be stored twice",
-			"duplicate_window", dw, "checkpoint_interval", ci, "want_at_least", need)
+		Sync: mode, Interval: s.cfg.State.WALBatchInterval, MaxBatch: s.cfg.State.WALBatchMax,
+		OnFsync:     func(d time.Duration, _ int) { s.ckpt.fsync.Observe(d) },
+		OnCommitted: s.drv.h.flush,
 	}
 }
 
@@ -166,10 +136,10 @@ func (m *market) warnDuplicateWindow() {
 // good checkpoint (or starts it empty), opens the write-ahead log,
 // repairing a torn tail, and replays every entry after the checkpoint
 // through driver.apply, whose results go to the sink with their original
-// keys. It leaves the engine in m.drv and the log in m.wal.
-func (m *market) recover(ecfg engine.Config) error {
+// keys. It leaves the engine in s.drv and the log in s.wal.
+func (s *Source) recover(ecfg engine.Config) error {
 	start := time.Now()
-	dir := m.cfg.State.Dir
+	dir := s.cfg.State.Dir
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create state dir %s: %w", dir, err)
 	}
@@ -178,10 +148,10 @@ func (m *market) recover(ecfg engine.Config) error {
 		return err
 	}
 	for _, err := range ckpts.Unrestricted() {
-		m.log.Warn("checkpoint file or directory readable by others; could not make it private", "err", err)
+		s.log.Warn("checkpoint file or directory readable by others; could not make it private", "err", err)
 	}
-	store := &localStore{dir: ckpts, log: m.log}
-	eng, tag, err := engine.Recover(context.Background(), ecfg, m.snk.publish, store)
+	store := &localStore{dir: ckpts, log: s.log}
+	eng, tag, err := market.Recover(context.Background(), ecfg, s.mkt.Sink().Publish, store)
 	if errors.Is(err, engine.ErrSnapshotConfig) {
 		return fmt.Errorf("%w; restore the old configuration, or start from an empty state directory (move %s aside)", err, dir)
 	}
@@ -193,12 +163,12 @@ func (m *market) recover(ecfg engine.Config) error {
 		return err
 	}
 
-	log, rep, err := wal.Open(filepath.Join(dir, walDir), m.walOptions(), m.log)
+	log, rep, err := wal.Open(filepath.Join(dir, walDir), s.walOptions(), s.log)
 	if err != nil {
 		return fail(err)
 	}
 	if rep.Repaired {
-		m.log.Warn("write-ahead log tail was torn or corrupt and has been cut",
+		s.log.Warn("write-ahead log tail was torn or corrupt and has been cut",
 			"segment", rep.Segment, "offset", rep.Offset, "bytes_dropped", rep.BytesDropped,
 			"first_dropped_index", rep.Index, "entries_dropped", rep.EntriesDropped, "cause", rep.Cause)
 	}
@@ -213,7 +183,7 @@ func (m *market) recover(ecfg engine.Config) error {
 		return fail(fmt.Errorf("state dir %s is inconsistent: replaying after checkpoint %d needs log index %d, but the log starts at %d", dir, tag, tag+1, first))
 	}
 
-	d := m.drv
+	d := s.drv
 	d.restore(eng, tag)
 	var n, lastArrival int64
 	err = log.Replay(tag+1, func(i uint64, e entry.Entry) error {
@@ -227,62 +197,62 @@ func (m *market) recover(ecfg engine.Config) error {
 		return fail(fmt.Errorf("replay write-ahead log: %w", err))
 	}
 	d.replayed()
-	m.in.resume(lastArrival)
+	s.in.resume(lastArrival)
 	store.wal = log
-	m.ckpt.Checkpointer = checkpoint.NewCheckpointer(m.flushResults, store, tag)
-	m.ckpt.replayed = n
-	m.ckpt.recovery = time.Since(start)
-	m.wal.Store(log)
-	m.log.Info("recovered", "checkpoint_tag", tag, "replayed", n,
-		"took", m.ckpt.recovery.Round(time.Millisecond), "wal_repaired", rep.Repaired)
+	s.ckpt.Checkpointer = checkpoint.NewCheckpointer(s.mkt.Sink().Flush, store, tag)
+	s.ckpt.replayed = n
+	s.ckpt.recovery = time.Since(start)
+	s.wal.Store(log)
+	s.log.Info("recovered", "checkpoint_tag", tag, "replayed", n,
+		"took", s.ckpt.recovery.Round(time.Millisecond), "wal_repaired", rep.Repaired)
 	return nil
 }
 
 // startCheckpoint sends a checkpoint barrier through the engine, unless
 // nothing was applied since the last one or one is still being saved.
 // Called by the driver goroutine.
-func (m *market) startCheckpoint(d *driver) {
+func (s *Source) startCheckpoint(d *driver) {
 	if !d.changed || d.fatal != nil {
 		return
 	}
-	plan, ok := m.ckpt.Begin()
+	plan, ok := s.ckpt.Begin()
 	if !ok {
 		return
 	}
 	d.changed = false
 	job := ckptJob{plan: plan, tag: d.applied, start: time.Now()}
-	m.log.Debug("checkpoint started", "tag", job.tag, "incremental", plan.Delta)
-	d.eng.CheckpointAs(plan, job.tag, func(snap [][]byte) {
+	s.log.Debug("checkpoint started", "tag", job.tag, "incremental", plan.Delta)
+	market.Barrier(d.eng, plan, job.tag, func(snap [][]byte) {
 		job.snap = snap
-		m.ckpt.jobs <- job // never blocks: Begin admits one job at a time
+		s.ckpt.jobs <- job // never blocks: Begin admits one job at a time
 	})
 }
 
-// snapshotFinal sends the shutdown barrier; the snapshot is in m.ckpt.final
+// snapshotFinal sends the shutdown barrier; the snapshot is in s.ckpt.final
 // once the engine has stopped. It is whole: a periodic checkpoint still
 // being saved when it goes out, which a delta would build on, may never
 // be stored.
-func (m *market) snapshotFinal(d *driver) {
-	if d.applied == m.ckpt.Tag() || d.fatal != nil {
+func (s *Source) snapshotFinal(d *driver) {
+	if d.applied == s.ckpt.Tag() || d.fatal != nil {
 		return
 	}
 	job := ckptJob{tag: d.applied, start: time.Now()}
 	d.eng.Checkpoint(job.tag, func(snap [][]byte) {
 		job.snap = snap
-		m.ckpt.final = &job
+		s.ckpt.final = &job
 	})
 }
 
 // checkpointer saves the snapshots handed over by the engine until ctx
 // ends (the engine has stopped, or the market fails).
-func (m *market) checkpointer(ctx context.Context) {
+func (s *Source) checkpointer(ctx context.Context) {
 	for {
 		select {
-		case job := <-m.ckpt.jobs:
-			if err := m.ckpt.Save(ctx, job.plan, job.tag, job.snap, job.start); err != nil && ctx.Err() == nil {
-				m.log.Error("checkpoint failed; the write-ahead log keeps everything since the previous one", "tag", job.tag, "err", err)
+		case job := <-s.ckpt.jobs:
+			if err := s.ckpt.Save(ctx, job.plan, job.tag, job.snap, job.start); err != nil && ctx.Err() == nil {
+				s.log.Error("checkpoint failed; the write-ahead log keeps everything since the previous one", "tag", job.tag, "err", err)
 			} else if err == nil {
-				m.log.Debug("checkpoint written", "tag", job.tag, "took", time.Since(job.start).Round(time.Microsecond))
+				s.log.Debug("checkpoint written", "tag", job.tag, "took", time.Since(job.start).Round(time.Microsecond))
 			}
 		case <-ctx.Done():
 			return
@@ -293,14 +263,14 @@ func (m *market) checkpointer(ctx context.Context) {
 // finalCheckpoint saves the shutdown snapshot, if one was taken, once
 // every result is acked (bounded by ctx); if they are not, the log keeps
 // the inputs and the next start replays them.
-func (m *market) finalCheckpoint(ctx context.Context) {
-	job := m.ckpt.final
+func (s *Source) finalCheckpoint(ctx context.Context) {
+	job := s.ckpt.final
 	if job == nil {
 		return
 	}
-	if err := m.ckpt.Save(ctx, job.plan, job.tag, job.snap, job.start); err != nil {
-		m.log.Warn("final checkpoint not written; the next start replays the write-ahead log", "tag", job.tag, "err", err)
+	if err := s.ckpt.Save(ctx, job.plan, job.tag, job.snap, job.start); err != nil {
+		s.log.Warn("final checkpoint not written; the next start replays the write-ahead log", "tag", job.tag, "err", err)
 		return
 	}
-	m.log.Debug("checkpoint written", "tag", job.tag, "took", time.Since(job.start).Round(time.Microsecond))
+	s.log.Debug("checkpoint written", "tag", job.tag, "took", time.Since(job.start).Round(time.Microsecond))
 }

@@ -1,4 +1,4 @@
-package service
+package mqttsource
 
 import (
 	"fmt"
@@ -31,6 +31,7 @@ type driver struct {
 	cfg    config.Config
 	log    *slog.Logger
 	record func(market string, in engine.Input) // Deps.Record
+	shards int                                  // Deps.Shards
 	eng    *engine.Engine
 
 	// in carries durable entries, a group commit's at a time, in log index
