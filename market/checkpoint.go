@@ -2,7 +2,11 @@ package market
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
 
 	"github.com/km0/edgeproc/checkpoint"
 	"github.com/km0/edgeproc/engine"
@@ -49,4 +53,143 @@ func Barrier(e *engine.Engine, plan checkpoint.Plan, tag uint64, done func(snaps
 		return
 	}
 	e.Checkpoint(tag, done)
+}
+
+// Checkpoints drives the checkpoints of one engine over one store, the
+// same for both sources: Start sends a barrier through the engine (from
+// the goroutine that feeds it), the snapshot is handed off without
+// blocking the engine's merger, and Run saves it (a goroutine of its own)
+// once every result before the barrier is acked (checkpoint.Checkpointer:
+// one checkpoint at a time, the incremental chain, the figures). At
+// shutdown Final sends a last, whole barrier and SaveFinal saves it
+// within the drain.
+type Checkpoints struct {
+	*checkpoint.Checkpointer
+	log *slog.Logger
+	// SaveTimeout, when > 0, bounds each save (the wait for acks and the
+	// store): a partition's owner gives a checkpoint up rather than hold
+	// its term. Default 0: a save waits as long as NATS is away, which
+	// only delays checkpoints.
+	SaveTimeout time.Duration
+	// jobs has capacity 1 and the Checkpointer admits one checkpoint from
+	// its barrier until it is saved, so the merger's hand-off never
+	// blocks: a checkpoint due while one is in progress is skipped.
+	jobs chan ckptJob
+	// idle is closed when no checkpoint is in progress (Idle).
+	idle atomic.Pointer[chan struct{}]
+	// final is set by the merger with the shutdown snapshot, and read
+	// once the engine has stopped.
+	final *ckptJob
+}
+
+// ckptJob is a snapshot on its way from the engine's merger to the store.
+type ckptJob struct {
+	plan  checkpoint.Plan
+	tag   uint64
+	snap  [][]byte  // its parts (see engine.Checkpoint)
+	start time.Time // when the barrier was sent
+	after func()    // called once it is saved or given up; may be nil
+}
+
+// NewCheckpoints returns the driver that saves snapshots over store once
+// flush (the sink's wait for the acks of every result handed over so far)
+// returns nil; tag is the recovery point the engine was restored from.
+func NewCheckpoints(flush func(context.Context) error, store checkpoint.Saver, tag uint64, log *slog.Logger) *Checkpoints {
+	c := &Checkpoints{Checkpointer: checkpoint.NewCheckpointer(flush, store, tag), log: log, jobs: make(chan ckptJob, 1)}
+	idle := make(chan struct{})
+	close(idle)
+	c.idle.Store(&idle)
+	return c
+}
+
+// Start sends a checkpoint barrier at tag through e, unless one is still
+// being saved (then it reports false, counted as skipped). after, when
+// set, is called once the snapshot is saved or given up. Call it from
+// the goroutine that feeds e.
+func (c *Checkpoints) Start(e *engine.Engine, tag uint64, after func()) bool {
+	plan, ok := c.Begin()
+	if !ok {
+		return false
+	}
+	busy := make(chan struct{})
+	c.idle.Store(&busy)
+	job := ckptJob{plan: plan, tag: tag, start: time.Now(), after: after}
+	c.log.Debug("checkpoint started", "tag", tag, "incremental", plan.Delta)
+	Barrier(e, plan, tag, func(snap [][]byte) {
+		job.snap = snap
+		c.jobs <- job // never blocks: Begin admits one job at a time
+	})
+	return true
+}
+
+// Idle is closed once no checkpoint is in progress: one begun is saved
+// or given up.
+func (c *Checkpoints) Idle() <-chan struct{} { return *c.idle.Load() }
+
+// Run saves the snapshots Start hands over until ctx ends.
+func (c *Checkpoints) Run(ctx context.Context) {
+	for {
+		select {
+		case job := <-c.jobs:
+			c.save(ctx, job, "checkpoint failed; the log keeps everything since the previous one")
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (c *Checkpoints) save(ctx context.Context, job ckptJob, failed string) error {
+	idle := c.idle.Load()
+	defer func() {
+		if job.after != nil {
+			job.after()
+		}
+		if idle != nil {
+			select {
+			case <-*idle:
+			default:
+				close(*idle)
+			}
+		}
+	}()
+	if c.SaveTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.SaveTimeout)
+		defer cancel()
+	}
+	err := c.Save(ctx, job.plan, job.tag, job.snap, job.start)
+	switch {
+	case err == nil:
+		c.log.Debug("checkpoint written", "tag", job.tag, "took", time.Since(job.start).Round(time.Microsecond))
+	case failed != "" && ctx.Err() == nil && !errors.Is(err, checkpoint.ErrSuperseded):
+		c.log.Error(failed, "tag", job.tag, "err", err)
+	}
+	return err
+}
+
+// Final sends the shutdown barrier through e: a whole snapshot at tag
+// (a periodic one still being saved, which a delta would build on, may
+// never be stored), unless tag is the newest recovery point already.
+// The snapshot is there for SaveFinal once e has stopped.
+func (c *Checkpoints) Final(e *engine.Engine, tag uint64) {
+	if tag == c.Tag() {
+		return
+	}
+	job := ckptJob{tag: tag, start: time.Now()}
+	e.Checkpoint(tag, func(snap [][]byte) {
+		job.snap = snap
+		c.final = &job
+	})
+}
+
+// SaveFinal saves the shutdown snapshot, if one was taken, once every
+// result is acked (bounded by ctx); if they are not, the log keeps the
+// inputs and the next start replays them.
+func (c *Checkpoints) SaveFinal(ctx context.Context) {
+	if c.final == nil {
+		return
+	}
+	if err := c.save(ctx, *c.final, ""); err != nil {
+		c.log.Warn("final checkpoint not written; the next start replays the log", "tag", c.final.tag, "err", err)
+	}
 }

@@ -23,27 +23,10 @@ const (
 	checkpointDir = "checkpoints"
 )
 
-// ckptJob is a snapshot handed from the engine's merger to the
-// checkpointer.
-type ckptJob struct {
-	plan  checkpoint.Plan
-	tag   uint64
-	snap  [][]byte  // its parts (see engine.Checkpoint)
-	start time.Time // when the barrier was sent
-}
-
-// ckptState is the market's checkpointing: the protocol (package
-// checkpoint's Checkpointer, over the local saver), the hand-over from
-// the merger, and the figures of the last start.
+// ckptState is the source's checkpointing: the shell's driver over the
+// local store (set by recover), and the figures of the last start.
 type ckptState struct {
-	*checkpoint.Checkpointer // set by recover
-	// jobs has capacity 1 and the Checkpointer admits one checkpoint from
-	// its barrier until it is saved, so the merger's hand-over never
-	// blocks: a checkpoint due while one is in progress is skipped.
-	jobs chan ckptJob
-	// final is set by the merger with the shutdown snapshot, and read
-	// once the engine has stopped.
-	final *ckptJob
+	*market.Checkpoints // set by recover
 
 	fsync    metrics.Histogram
 	replayed int64         // set before the market starts
@@ -55,7 +38,7 @@ func (c *ckptState) metrics(ws wal.Stats) metrics.Durability {
 		WALBytes: ws.Bytes, WALRepairs: ws.Repairs, WALStalled: ws.Stalled, WALStalls: ws.Stalls, Fsync: c.fsync.Snapshot(),
 		Replayed: c.replayed, RecoveryDuration: c.recovery,
 	}
-	if c.Checkpointer != nil {
+	if c.Checkpoints != nil {
 		d.SetCheckpoints(c.Stats())
 	}
 	return d
@@ -199,7 +182,7 @@ func (s *Source) recover(ecfg engine.Config) error {
 	d.replayed()
 	s.in.resume(lastArrival)
 	store.wal = log
-	s.ckpt.Checkpointer = checkpoint.NewCheckpointer(s.mkt.Sink().Flush, store, tag)
+	s.ckpt.Checkpoints = market.NewCheckpoints(s.mkt.Sink().Flush, store, tag, s.log)
 	s.ckpt.replayed = n
 	s.ckpt.recovery = time.Since(start)
 	s.wal.Store(log)
@@ -215,62 +198,15 @@ func (s *Source) startCheckpoint(d *driver) {
 	if !d.changed || d.fatal != nil {
 		return
 	}
-	plan, ok := s.ckpt.Begin()
-	if !ok {
-		return
+	if s.ckpt.Start(d.eng, d.applied, nil) {
+		d.changed = false
 	}
-	d.changed = false
-	job := ckptJob{plan: plan, tag: d.applied, start: time.Now()}
-	s.log.Debug("checkpoint started", "tag", job.tag, "incremental", plan.Delta)
-	market.Barrier(d.eng, plan, job.tag, func(snap [][]byte) {
-		job.snap = snap
-		s.ckpt.jobs <- job // never blocks: Begin admits one job at a time
-	})
 }
 
-// snapshotFinal sends the shutdown barrier; the snapshot is in s.ckpt.final
-// once the engine has stopped. It is whole: a periodic checkpoint still
-// being saved when it goes out, which a delta would build on, may never
-// be stored.
+// snapshotFinal sends the shutdown barrier; the snapshot is saved by
+// SaveFinal once the engine has stopped.
 func (s *Source) snapshotFinal(d *driver) {
-	if d.applied == s.ckpt.Tag() || d.fatal != nil {
-		return
+	if d.fatal == nil {
+		s.ckpt.Final(d.eng, d.applied)
 	}
-	job := ckptJob{tag: d.applied, start: time.Now()}
-	d.eng.Checkpoint(job.tag, func(snap [][]byte) {
-		job.snap = snap
-		s.ckpt.final = &job
-	})
-}
-
-// checkpointer saves the snapshots handed over by the engine until ctx
-// ends (the engine has stopped, or the market fails).
-func (s *Source) checkpointer(ctx context.Context) {
-	for {
-		select {
-		case job := <-s.ckpt.jobs:
-			if err := s.ckpt.Save(ctx, job.plan, job.tag, job.snap, job.start); err != nil && ctx.Err() == nil {
-				s.log.Error("checkpoint failed; the write-ahead log keeps everything since the previous one", "tag", job.tag, "err", err)
-			} else if err == nil {
-				s.log.Debug("checkpoint written", "tag", job.tag, "took", time.Since(job.start).Round(time.Microsecond))
-			}
-		case <-ctx.Done():
-			return
-		}
-	}
-}
-
-// finalCheckpoint saves the shutdown snapshot, if one was taken, once
-// every result is acked (bounded by ctx); if they are not, the log keeps
-// the inputs and the next start replays them.
-func (s *Source) finalCheckpoint(ctx context.Context) {
-	job := s.ckpt.final
-	if job == nil {
-		return
-	}
-	if err := s.ckpt.Save(ctx, job.plan, job.tag, job.snap, job.start); err != nil {
-		s.log.Warn("final checkpoint not written; the next start replays the write-ahead log", "tag", job.tag, "err", err)
-		return
-	}
-	s.log.Debug("checkpoint written", "tag", job.tag, "took", time.Since(job.start).Round(time.Microsecond))
 }

@@ -116,7 +116,7 @@ func New(cfg config.Config, log *slog.Logger, deps Deps) *Source {
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.With("market", cfg.Market)
-	s := &Source{cfg: cfg, log: log, ckpt: ckptState{jobs: make(chan ckptJob, 1)}}
+	s := &Source{cfg: cfg, log: log}
 	in := make(chan []durable, queueBatches)
 	s.drv = &driver{cfg: cfg, log: log, record: deps.Record, shards: deps.Shards, in: in, h: newHandoff(in),
 		clock: deps.Clock, checkpoint: s.startCheckpoint, final: s.snapshotFinal}
@@ -193,7 +193,7 @@ func (s *Source) Run(ctx context.Context, m *market.Market) error {
 	// the driver (once the log has handed it every durable entry), then
 	// the checkpointer.
 	var parts market.Stopper
-	parts.Go(func() { s.checkpointer(runCtx) }, stop)
+	parts.Go(func() { s.ckpt.Run(runCtx) }, stop)
 	var syncErr error
 	parts.Go(func() { s.drv.run(func() { m.Die(s.drv.fatal); stop() }) }, func() {
 		// Every appended entry made durable and handed to the driver,
@@ -223,7 +223,7 @@ func (s *Source) Run(ctx context.Context, m *market.Market) error {
 	parts.Stop()
 
 	srcErr := s.in.close(drain) // acks given so far get their last flush
-	s.finalCheckpoint(drain)
+	s.ckpt.SaveFinal(drain)
 	walErr := log.Close()
 	s.log.Info("market stopped", "took", time.Since(start).Round(time.Millisecond))
 	err := startErr

@@ -59,9 +59,9 @@ type part struct {
 	lastWake time.Time // standby: when it last looked for a partition without owner
 
 	// Read by metrics and tests from any goroutine.
-	eng      atomic.Pointer[engine.Engine]           // the current term's
-	ckpt     atomic.Pointer[checkpoint.Checkpointer] // the current term's
-	refused  atomic.Pointer[string]                  // why the last claim cannot succeed; nil: it can
+	eng      atomic.Pointer[engine.Engine]      // the current term's
+	ckpt     atomic.Pointer[market.Checkpoints] // the current term's
+	refused  atomic.Pointer[string]             // why the last claim cannot succeed; nil: it can
 	pastMu   sync.Mutex
 	past     engine.Stats     // counters of the ended terms' engines
 	pastCkpt checkpoint.Stats // and of their checkpointers
@@ -343,6 +343,7 @@ func (p *part) release() {
 // market's counters never go back when a partition changes hands.
 func (p *part) stop(t *term) {
 	t.eng.Stop()
+	t.parts.Stop()
 	p.eng.Store(nil)
 	p.ckpt.Store(nil)
 	st, cs := t.eng.Stats(), t.ckpt.Stats()
@@ -367,10 +368,11 @@ func (p *part) finalCheckpoint(t *term, deadline time.Time) bool {
 		if t.fenced.Load() {
 			return true // nothing of this term may be recorded
 		}
-		if time.Now().After(deadline) {
+		select { // the previous checkpoint is finishing
+		case <-t.ckpt.Idle():
+		case <-time.After(time.Until(deadline)):
 			return false
 		}
-		time.Sleep(10 * time.Millisecond) // the previous checkpoint is finishing
 	}
 	for {
 		t.keepPin()

@@ -1,9 +1,14 @@
-// Package partition runs one market from a partitioned JetStream stream:
-// the scale-out and failover deployment of edgeproc (config source:
-// jetstream, docs/scale-out.md).
+// Package partition is the partitioned source of a market (config source:
+// jetstream): the scale-out and failover deployment of edgeproc
+// (docs/scale-out.md). It is one of the two peers that run in the market
+// shell (package market), beside package mqttsource; its Runner is a
+// market.Source.
 //
-// Positions reach the stream through nats-server's MQTT gateway and a
-// subject mapping that puts each courier in one of N partition subjects.
+// Positions reach the stream one of two ways (jetstream.ingest): by
+// default (mqtt) the instances relay the market's MQTT broker into the
+// stream, acking a phone only once the stream holds its position; with
+// gateway, nats-server's MQTT gateway stores them. Either way a subject
+// mapping puts each courier in one of N partition subjects.
 // Every running instance of the market attaches, per partition, to one
 // durable pull consumer with the pinned_client priority policy: the server
 // delivers a partition to one instance only (the owner, identified by the

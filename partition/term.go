@@ -66,11 +66,12 @@ type term struct {
 	consSeq   uint64 // consumer sequence of the last delivery seen; 0: none yet
 	prevFirst bool   // the last delivery seen was a first delivery
 
-	rev      atomic.Uint64            // checkpoint record revision this term wrote last
-	object   string                   // snapshot of that record; written by the checkpoint callback only
-	deltas   []deltaRef               // that record's deltas; as object
-	wholeSeq uint64                   // object's sequence while there are deltas; as object
-	ckpt     *checkpoint.Checkpointer // over the term itself as its Saver
+	rev      atomic.Uint64       // checkpoint record revision this term wrote last
+	object   string              // snapshot of that record; written by the checkpoint callback only
+	deltas   []deltaRef          // that record's deltas; as object
+	wholeSeq uint64              // object's sequence while there are deltas; as object
+	ckpt     *market.Checkpoints // over the term itself as its store
+	parts    market.Stopper      // the checkpoint driver's goroutine
 	fenced   atomic.Bool
 	lease    atomic.Int64 // unix ns after which this term must not publish
 
@@ -101,7 +102,9 @@ func (p *part) claim(ctx context.Context, pin string, sent time.Time) (*term, er
 	}
 	t.eng, t.last = eng, seq
 	t.lease.Store(sent.Add(r.cfg.JetStream.PinTTL - p.leaseMargin()).UnixNano())
-	t.ckpt = checkpoint.NewCheckpointer(r.mkt.Sink().Flush, t, seq)
+	t.ckpt = market.NewCheckpoints(r.mkt.Sink().Flush, t, seq, r.log.With("partition", p.n))
+	t.ckpt.SaveTimeout = opTimeout
+	t.parts.Go(func() { t.ckpt.Run(t.pubCtx) }, t.cancelPub)
 	p.ckptSeq.Store(seq)
 	return t, nil
 }
@@ -436,24 +439,7 @@ func (t *term) sink(rs []result.Record) {
 // checkpoint starts a snapshot at the last applied message; after, when
 // set, is called once it is recorded or given up. It reports false when a
 // checkpoint is still in progress.
-func (t *term) checkpoint(after func()) bool {
-	plan, ok := t.ckpt.Begin()
-	if !ok {
-		return false
-	}
-	seq, start := t.last, time.Now()
-	market.Barrier(t.eng, plan, seq, func(snap [][]byte) {
-		if after != nil {
-			defer after()
-		}
-		ctx, cancel := context.WithTimeout(t.pubCtx, opTimeout)
-		defer cancel()
-		if err := t.ckpt.Save(ctx, plan, seq, snap, start); err != nil && !errors.Is(err, errFenced) {
-			t.p.r.log.Warn("checkpoint not recorded", "partition", t.p.n, "seq", seq, "err", err)
-		}
-	})
-	return true
-}
+func (t *term) checkpoint(after func()) bool { return t.ckpt.Start(t.eng, t.last, after) }
 
 // Save is the term's checkpoint.Saver: it stores the snapshot as an
 // object, then points the checkpoint record at it by compare-and-set; a

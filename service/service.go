@@ -1,72 +1,24 @@
-// Package service is edgeproc's live deployment (`edgeproc run`): for each
-// configured market, an MQTT persistent session feeds the event-time engine,
-// whose results go to the market's JetStream stream and courier bucket.
+// Package service is edgeproc's process host (`edgeproc run`): it runs
+// every configured market, each in its market shell (package market)
+// around its source — an MQTT session and a local write-ahead log
+// (package mqttsource), or this instance's share of a partitioned
+// JetStream stream (package partition) — and serves them.
 //
-// Per market the data path is four parts (market.go), each owning its
-// state, data flowing one way:
+// What the host owns is what one process has once, whatever its markets:
+// the NATS connections (markets on the same URL and credentials share
+// one, which reconnects forever and retries its first connection, so the
+// process starts, not ready, while NATS is down), the HTTP listeners
+// (markets whose http.listen addresses are equal share one: /metrics,
+// /healthz, /readyz, the fleet board and the web configuration's TLS and
+// users), and the markets' lifecycle: Run starts them together and, when
+// its context ends, waits until each has drained (Deps.DrainTimeout).
 //
-//	intake (MQTT handler) ─Append─▶ log (write-ahead, group commit) ─done, in index order─▶
-//	    bounded channel (1024) ─▶ driver (owns the engine) ─sink─▶ bridge ─▶ JetStream, KV
-//
-// The intake stamps each message's arrival (wall clock, never decreasing)
-// and appends it to the market's write-ahead log (state.dir/wal). Only once
-// its batch is fsynced (state.wal_sync) does the log hand it, in index
-// order, to the driver, which applies it to the engine with Line = its log
-// index (the rejected record's key, the same after a recovery) and only
-// then acks it to the broker (contract §8). The engine never sees an input
-// that a recovery could not see again with the same arrival: every log
-// entry, live or replayed, goes through one driver.apply.
-//
-// Entries are of three kinds (entry.Kind): a position (an MQTT message as
-// received), a tick (the idle rule applied at its arrival), and a listen
-// (contract §3, deaf is not silent): the intake logs one before the first
-// message of every new MQTT connection, or as soon as its subscription is
-// granted, so the idle rule counts silence only from there, and it
-// appends ticks only while connected and subscribed. An outage of the
-// broker or of edgeproc therefore never advances event time by itself:
-// the messages the persistent session kept arrive first. A silent market
-// logs nothing: the driver asks for a tick (windows.idle_timeout > 0) only
-// when the idle rule would reach the earliest timer of a shard
-// (engine.TickDue), and writes no checkpoint while only listens were
-// applied.
-//
-// Every state.checkpoint_interval the driver sends a barrier
-// through the engine (engine.Checkpoint, tagged with the last log index
-// applied); the snapshot is handed, without blocking, to a checkpointer
-// goroutine (a checkpoint due while one is in progress is skipped). The
-// log after a checkpoint is the outbox of the results emitted since: the
-// checkpointer first waits until JetStream has acked every result emitted
-// up to the barrier (bridge.Flush), then writes the checkpoint atomically
-// (state.dir/checkpoints, package checkpoint) and truncates the log up to
-// the previous checkpoint, which is kept as a fallback. A NATS outage
-// therefore only delays checkpoints; a crash between emission and ack
-// loses nothing: at start the newest good checkpoint is restored, the log
-// after it is replayed through the engine, and the re-derived results are
-// re-published with the same keys, which JetStream's duplicate window
-// drops. Results re-published by a recovery were emitted at most about
-// two checkpoint intervals (one if the newest checkpoint is intact), plus
-// any NATS outage, plus the downtime and replay, before; so
-// nats.duplicate_window must exceed 2 × state.checkpoint_interval +
-// DuplicateWindowMargin, and Run warns at start when it does not. The
-// worst recovery time is the replay of that much log (over 1 M entries/s).
-//
-// Shutdown stops intake, syncs the log and applies every durable entry,
-// takes a final snapshot, stops the engine, waits (bounded) for the acks,
-// writes the final checkpoint if every result was acked, and closes the
-// log. Nothing is unbounded: when NATS is slow or away the bridge's
-// in-flight bound blocks the sink, the engine blocks Push, the channel
-// fills, the log's own bound blocks Append in the handler, and the broker
-// keeps the rest in the session queue (contract §7).
-//
-// Markets are independent: each has its own engine and watermark, MQTT
-// session, stream, subjects and bucket, so a quiet market never holds back
-// another. Markets on the same NATS URL share one connection. Markets
-// whose http.listen addresses are equal share one HTTP listener, which
-// serves the metrics of those markets and their readiness; markets on
-// different addresses get one listener each. A market that cannot start or
-// that fails (its log, its MQTT source) is logged at once and stops alone;
-// /healthz then fails, naming it, so that a supervisor restarts the
-// process, and /readyz names every market that is not ready and why.
+// Markets are independent: each has its own engine and watermark, source,
+// stream, subjects and bucket, so a quiet market never holds back
+// another. A market that cannot start or that fails is logged at once and
+// stops alone; /healthz then fails, naming it, so that a supervisor
+// restarts the process, and /readyz names every market that is not ready
+// and why.
 package service
 
 import (
