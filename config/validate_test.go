@@ -372,7 +372,7 @@ func TestValidate_TimezoneFormatLake(t *testing.T) {
 		{"owntracks by device", func(c *Config) { c.MQTT.Format, c.MQTT.OwnTracksCourier = "owntracks", "device" }, ""},
 		{"unknown format", func(c *Config) { c.MQTT.Format = "traccar" }, "mqtt.format"},
 		{"unknown level", func(c *Config) { c.MQTT.OwnTracksCourier = "tid" }, "mqtt.owntracks_courier"},
-		{"lake kept 30 days", func(c *Config) { c.Lake.Dir, c.Lake.Retention = "/lake", 720 * time.Hour }, ""},
+		{"lake kept 30 days", func(c *Config) { c.Lake.Dir, c.Lake.Retention = "/lake", 720*time.Hour }, ""},
 		{"retention of hours", func(c *Config) { c.Lake.Retention = 36 * time.Hour }, "lake.retention"},
 		{"negative retention", func(c *Config) { c.Lake.Retention = -24 * time.Hour }, "lake.retention"},
 		{"no roll", func(c *Config) { c.Lake.RollInterval = 0 }, "lake.roll_interval"},

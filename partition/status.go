@@ -200,6 +200,13 @@ func addStats(dst *engine.Stats, src engine.Stats) {
 	dst.Revisions += src.Revisions
 	dst.Recovered += src.Recovered
 	dst.Evicted += src.Evicted
+	dst.SecondsLate += src.SecondsLate
+	for k, v := range src.Ignored {
+		if dst.Ignored == nil {
+			dst.Ignored = map[string]int64{}
+		}
+		dst.Ignored[k] += v
+	}
 	for k, v := range src.Rejected {
 		dst.Rejected[k] += v
 	}
