@@ -169,6 +169,7 @@ func (m *market) serve(ctx context.Context, drain time.Duration) error {
 	ecfg := engine.ConfigFrom(m.cfg)
 	ecfg.Topic = m.cfg.MQTT.Topic
 	ecfg.Shards = m.deps.Shards
+	ecfg.Log = m.log
 	// The bridge coalesces positions per courier and computes the cell
 	// when it writes, so this stays a map lookup per position; the board
 	// gets the same positions at the same point.

@@ -169,7 +169,10 @@ func topicLevel(filter, topic string, n int) (string, bool) {
 	level, found, plus := "", false, 0
 	for i, f := range fl {
 		if f == "#" {
-			return level, found && i == len(fl)-1
+			if !found || i != len(fl)-1 {
+				return "", false
+			}
+			return level, true
 		}
 		if i >= len(tl) {
 			return "", false
@@ -185,7 +188,10 @@ func topicLevel(filter, topic string, n int) (string, bool) {
 			return "", false
 		}
 	}
-	return level, found && len(tl) == len(fl)
+	if !found || len(tl) != len(fl) {
+		return "", false
+	}
+	return level, true
 }
 
 // decodeObject parses line as exactly one JSON object (JSON null, arrays,
