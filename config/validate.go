@@ -161,6 +161,16 @@ func (m MQTT) validate(v *validator) {
 	}
 	if !slices.Contains(OwnTracksCouriers, m.OwnTracksCourier) {
 		v.add("mqtt.owntracks_courier", m.OwnTracksCourier, ErrInvalid, "must be one of "+strings.Join(OwnTracksCouriers, ", "))
+	} else if m.Format == "owntracks" && m.Topic != "" {
+		// The courier is a '+' level of the topic: without it every
+		// message would be bad_courier.
+		need := 1
+		if m.OwnTracksCourier == "device" {
+			need = 2
+		}
+		if plusLevels(m.Topic) < need {
+			v.add("mqtt.topic", m.Topic, ErrInvalid, fmt.Sprintf("needs %d \"+\" level(s) with format owntracks and owntracks_courier %s: the courier is that level (e.g. owntracks/+/+)", need, m.OwnTracksCourier))
+		}
 	}
 	if m.CAFile != "" && scheme != "mqtts" {
 		v.add("mqtt.ca_file", m.CAFile, ErrInvalid, "is only used with an mqtts:// url")
@@ -458,6 +468,17 @@ func topicFilterProblem(s string) string {
 		}
 	}
 	return ""
+}
+
+// plusLevels counts the '+' levels of a topic filter.
+func plusLevels(filter string) int {
+	n := 0
+	for _, l := range strings.Split(filter, "/") {
+		if l == "+" {
+			n++
+		}
+	}
+	return n
 }
 
 // subjectProblem returns why s cannot start a NATS subject, or "".
