@@ -1,5 +1,7 @@
 // Package position decodes and validates one courier position: an MQTT
-// payload or one line of a replay file (contract §2).
+// payload or one line of a replay file (contract §2), in the contract's
+// own format (Decode) or as the OwnTracks app publishes it
+// (DecodeOwnTracks; contract §2, Input formats).
 //
 // Decoding is the hottest path of the service, so it uses a small strict
 // single-pass JSON scanner instead of encoding/json: it allocates nothing,
