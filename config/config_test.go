@@ -140,7 +140,7 @@ func TestLoad_Testdata(t *testing.T) {
 		JetStream: jetStreamDefaults("VALENCIA", "valencia"),
 		MQTT: MQTT{
 			URL:           "mqtts://127.0.0.1:8883",
-			Topic:         "km0/valencia/positions/+",
+			Topic:         "owntracks/+/+",
 			ClientID:      "edgeproc-valencia",
 			Username:      "edgeproc-valencia",
 			PasswordEnv:   "VALENCIA_MQTT_PASSWORD",

@@ -65,6 +65,11 @@ func (c Config) validate() []*FieldError {
 					fmt.Sprintf("must be 0 (no age bound) or at least %s (1h and 10 × state.checkpoint_interval): a new owner replays the positions stream from the last recorded checkpoint", need))
 			}
 		}
+		if c.MQTT.Format == "owntracks" {
+			// A partition's subject keeps only the topic's last level,
+			// so USER could not be told from DEVICE.
+			v.add("mqtt.format", c.MQTT.Format, ErrInvalid, "is not supported with source jetstream (partitions keep only the topic's last level): use source mqtt")
+		}
 	}
 	c.MQTT.validate(&v)
 	c.NATS.validate(&v)
@@ -161,6 +166,16 @@ func (m MQTT) validate(v *validator) {
 	}
 	if !slices.Contains(OwnTracksCouriers, m.OwnTracksCourier) {
 		v.add("mqtt.owntracks_courier", m.OwnTracksCourier, ErrInvalid, "must be one of "+strings.Join(OwnTracksCouriers, ", "))
+	} else if m.Format == "owntracks" && m.Topic != "" {
+		// The courier is a '+' level of the topic: without it every
+		// message would be bad_courier.
+		need := 1
+		if m.OwnTracksCourier == "device" {
+			need = 2
+		}
+		if plusLevels(m.Topic) < need {
+			v.add("mqtt.topic", m.Topic, ErrInvalid, fmt.Sprintf("needs %d \"+\" level(s) with format owntracks and owntracks_courier %s: the courier is that level (e.g. owntracks/+/+)", need, m.OwnTracksCourier))
+		}
 	}
 	if m.CAFile != "" && scheme != "mqtts" {
 		v.add("mqtt.ca_file", m.CAFile, ErrInvalid, "is only used with an mqtts:// url")
@@ -458,6 +473,17 @@ func topicFilterProblem(s string) string {
 		}
 	}
 	return ""
+}
+
+// plusLevels counts the '+' levels of a topic filter.
+func plusLevels(filter string) int {
+	n := 0
+	for _, l := range strings.Split(filter, "/") {
+		if l == "+" {
+			n++
+		}
+	}
+	return n
 }
 
 // subjectProblem returns why s cannot start a NATS subject, or "".

@@ -369,7 +369,18 @@ func TestValidate_TimezoneFormatLake(t *testing.T) {
 		{"madrid", func(c *Config) { c.Timezone = "Europe/Madrid" }, ""},
 		{"unknown zone", func(c *Config) { c.Timezone = "Europe/Girona" }, "timezone"},
 		{"empty zone", func(c *Config) { c.Timezone = "" }, "timezone"},
-		{"owntracks by device", func(c *Config) { c.MQTT.Format, c.MQTT.OwnTracksCourier = "owntracks", "device" }, ""},
+		{"owntracks by device", func(c *Config) {
+			c.MQTT.Format, c.MQTT.OwnTracksCourier, c.MQTT.Topic = "owntracks", "device", "owntracks/+/+"
+		}, ""},
+		{"owntracks by user", func(c *Config) { c.MQTT.Format, c.MQTT.Topic = "owntracks", "owntracks/+/phone" }, ""},
+		{"owntracks by device, one level", func(c *Config) {
+			c.MQTT.Format, c.MQTT.OwnTracksCourier, c.MQTT.Topic = "owntracks", "device", "owntracks/+/phone"
+		}, "mqtt.topic"},
+		{"owntracks without a level", func(c *Config) { c.MQTT.Format, c.MQTT.Topic = "owntracks", "owntracks/#" }, "mqtt.topic"},
+		{"owntracks shared", func(c *Config) { c.MQTT.Format, c.MQTT.Topic = "owntracks", "$share/edge/owntracks/+/+" }, ""},
+		{"owntracks partitioned", func(c *Config) {
+			c.MQTT.Format, c.MQTT.Topic, c.Source, c.JetStream = "owntracks", "owntracks/+/+", "jetstream", jetStreamDefaults("GIRONA", "girona")
+		}, "mqtt.format"},
 		{"unknown format", func(c *Config) { c.MQTT.Format = "traccar" }, "mqtt.format"},
 		{"unknown level", func(c *Config) { c.MQTT.OwnTracksCourier = "tid" }, "mqtt.owntracks_courier"},
 		{"lake kept 30 days", func(c *Config) { c.Lake.Dir, c.Lake.Retention = "/lake", 720*time.Hour }, ""},

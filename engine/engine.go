@@ -20,13 +20,16 @@
 package engine
 
 import (
+	"log/slog"
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/km0/edgeproc/defaults"
 	"github.com/km0/edgeproc/entry"
 	"github.com/km0/edgeproc/geo"
+	"github.com/km0/edgeproc/internal/ratelog"
 	"github.com/km0/edgeproc/internal/tmath"
 	"github.com/km0/edgeproc/position"
 	"github.com/km0/edgeproc/result"
@@ -55,8 +58,20 @@ type Config struct {
 	StoppedBelowM float64
 	H3Resolution  int
 	// Topic is the MQTT subscription filter whose '+' level must equal the
-	// payload's courier; empty in a replay.
+	// payload's courier; empty in a replay. With FormatOwnTracks it is the
+	// filter whose '+' level CourierLevel names the courier (a replay sets
+	// it too, to match each line's "topic" against).
 	Topic string
+	// Format is how a payload becomes a position (mqtt.format; contract
+	// §2, Input formats). Default position.FormatEdgeproc.
+	Format position.Format
+	// CourierLevel is, with FormatOwnTracks, which '+' level of Topic
+	// names the courier: 0 the first (owntracks/USER/DEVICE's USER, the
+	// default), 1 the second (DEVICE).
+	CourierLevel int
+	// Log, when set, receives a rate-limited hint when a late position's
+	// timestamp_ms reads as seconds (position.SecondsBefore). nil: none.
+	Log *slog.Logger
 	// Shards is the number of shard goroutines. Default runtime.NumCPU().
 	Shards int
 	// ChunkSize is how many inputs the sequencer hands over at a time.
@@ -138,6 +153,7 @@ type Engine struct {
 	accepted atomic.Int64
 	evicted  atomic.Int64
 	rejected [len(position.Reasons) + 1]atomic.Int64
+	ignored  [len(position.MessageTypes)]atomic.Int64 // by position.MessageType
 }
 
 // params is the read-only configuration the shards share.
@@ -149,9 +165,15 @@ type params struct {
 	stopped float64
 	res     int
 	area    *geo.Area
+	// log and hint: the rate-limited seconds hint of late positions.
+	log  *slog.Logger
+	hint *ratelog.Limiter
 }
 
 const inFlight = 4 // chunks between the sequencer and the merger
+
+// hintEvery is how often at most the seconds hint is logged.
+const hintEvery = time.Minute
 
 // New starts an engine whose results go to sink.
 func New(cfg Config, sink Sink) *Engine {
@@ -175,6 +197,7 @@ func New(cfg Config, sink Sink) *Engine {
 		params: &params{
 			market: cfg.Market, spec: spec, gap: cfg.Gap,
 			filter: cfg.Filter, stopped: cfg.StoppedBelowM, res: cfg.H3Resolution, area: cfg.Area,
+			log: cfg.Log, hint: &ratelog.Limiter{Every: hintEvery},
 		},
 		wm:    watermark.New(cfg.ToleratedDelay, cfg.IdleTimeout, cfg.MaxFutureSkew),
 		track: newTracker(cfg.MaxCouriers, max(cfg.RestoreTTL, idle), idle, cfg.Shards),
@@ -206,14 +229,28 @@ func (e *Engine) Push(in *Input) {
 	e.received.Add(1)
 
 	var p position.Position
-	reason := e.dec.Decode(in.Payload, &p)
+	var reason position.Reason
+	if e.cfg.Format == position.FormatOwnTracks {
+		reason = e.dec.DecodeOwnTracks(in.Payload, in.Topic, e.cfg.Topic, e.cfg.CourierLevel, &p)
+	} else {
+		reason = e.dec.Decode(in.Payload, &p)
+	}
 	switch {
 	case in.HasArrival:
 		e.clock(c, seq-1, in.Arrival)
 	case p.HasArrival:
 		e.clock(c, seq-1, p.Arrival)
 	}
-	if reason == position.OK && e.cfg.Topic != "" {
+	if reason == position.Ignored {
+		// Not a position: an arrival for the idle rule, nothing else.
+		e.wm.Received()
+		e.ignored[p.Type].Add(1)
+		if c.inputs++; c.inputs >= e.cfg.ChunkSize {
+			e.Flush()
+		}
+		return
+	}
+	if reason == position.OK && e.cfg.Topic != "" && e.cfg.Format == position.FormatEdgeproc {
 		reason = position.CheckTopic(e.cfg.Topic, in.Topic, &p)
 	}
 	if reason == position.OK && e.wm.Future(p.TS) {
@@ -238,7 +275,7 @@ func (e *Engine) Push(in *Input) {
 		c.recs = append(c.recs, result.Record{
 			Type: result.Rejected, Market: e.cfg.Market, EmittedAt: now,
 			Order:  result.Order{Seq: seq},
-			Reason: reason.String(), Raw: append([]byte(nil), result.TruncateRaw(in.Payload)...), Line: in.Line,
+			Reason: reason.String(), Field: p.Missing, Raw: append([]byte(nil), result.TruncateRaw(in.Payload)...), Line: in.Line,
 		})
 		if reason == position.CourierLimit {
 			// Its timestamp still tells the time: a full table of silent
@@ -477,9 +514,17 @@ func shardOf[T string | []byte](courier T, n int) int {
 type Stats struct {
 	Received, Accepted int64
 	Rejected           map[string]int64 // by reason
-	Duplicates         int64
-	LateDistance       int64
-	LateSession        int64
+	// Ignored counts, with FormatOwnTracks, the messages that are not
+	// positions, by _type (position.MessageType's names); empty in the
+	// edgeproc format. Received counts them too, Accepted and Rejected
+	// do not.
+	Ignored map[string]int64
+	// SecondsLate counts late positions whose timestamp_ms reads as
+	// seconds (before position.SecondsBefore, 2001-01-01).
+	SecondsLate  int64
+	Duplicates   int64
+	LateDistance int64
+	LateSession  int64
 	// MissedMemberships counts window memberships lost to the watermark:
 	// for each position not late for distance, its windows that had
 	// already fired (contract §3: a window with end <= wm is never joined).
@@ -506,7 +551,12 @@ type Stats struct {
 func (e *Engine) Stats() Stats {
 	st := Stats{
 		Received: e.received.Load(), Accepted: e.accepted.Load(), Evicted: e.evicted.Load(),
-		Rejected: map[string]int64{}, Results: map[string]int64{},
+		Rejected: map[string]int64{}, Results: map[string]int64{}, Ignored: map[string]int64{},
+	}
+	if e.cfg.Format == position.FormatOwnTracks {
+		for _, t := range position.MessageTypes {
+			st.Ignored[t.String()] = e.ignored[t].Load()
+		}
 	}
 	for _, r := range position.Reasons {
 		st.Rejected[r.String()] = e.rejected[r].Load()
@@ -516,6 +566,7 @@ func (e *Engine) Stats() Stats {
 		st.Duplicates += s.stats.duplicates.Load()
 		st.LateDistance += s.stats.lateDistance.Load()
 		st.LateSession += s.stats.lateSession.Load()
+		st.SecondsLate += s.stats.secondsLate.Load()
 		st.MissedMemberships += s.stats.missed.Load()
 		st.Revisions += s.stats.revisions.Load()
 		st.Recovered += s.stats.recovered.Load()
@@ -557,6 +608,13 @@ func (s *Stats) Add(o Stats) {
 	s.Recovered += o.Recovered
 	s.Evicted += o.Evicted
 	s.DeadZoneRefused += o.DeadZoneRefused
+	s.SecondsLate += o.SecondsLate
+	for k, v := range o.Ignored {
+		if s.Ignored == nil {
+			s.Ignored = map[string]int64{}
+		}
+		s.Ignored[k] += v
+	}
 	for k, v := range o.Rejected {
 		s.Rejected[k] += v
 	}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/km0/edgeproc/geo"
 	"github.com/km0/edgeproc/internal/tmath"
+	"github.com/km0/edgeproc/position"
 	"github.com/km0/edgeproc/result"
 	"github.com/km0/edgeproc/sessions"
 	"github.com/km0/edgeproc/window"
@@ -81,7 +82,7 @@ type shard struct {
 
 	stats struct {
 		duplicates, lateDistance, lateSession, missed, couriers, watermark atomic.Int64
-		revisions, recovered                                               atomic.Int64
+		revisions, recovered, secondsLate                                  atomic.Int64
 		results                                                            [result.Rejected]atomic.Int64
 	}
 }
@@ -193,6 +194,9 @@ func (s *shard) apply(ev *event) {
 		return
 	}
 	lateS := c.sess.Late(ev.ts, ev.wm, p.gap)
+	if (lateD || lateS) && ev.ts < position.SecondsBefore {
+		s.secondsHint(c.name, ev)
+	}
 	if lateD {
 		s.late(c.name, ev, result.OpDistance)
 	} else {
@@ -237,6 +241,20 @@ func (s *shard) apply(ev *event) {
 		}
 	}
 	s.schedule(c)
+}
+
+// secondsHint counts a late position whose timestamp_ms reads as seconds
+// and says so in the log, at most once per hintEvery: a phone sending
+// seconds is a configuration error nothing else points at.
+func (s *shard) secondsHint(name string, ev *event) {
+	s.stats.secondsLate.Add(1)
+	if s.p.log == nil {
+		return
+	}
+	if ok, n := s.p.hint.Allow(); ok {
+		s.p.log.Warn("late position: timestamp_ms looks like seconds, not milliseconds",
+			"market", s.p.market, "courier", name, "timestamp_ms", ev.ts, "watermark_ms", ev.wm, "suppressed", n)
+	}
 }
 
 func (s *shard) late(name string, ev *event, op result.Operator) {

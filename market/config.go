@@ -8,6 +8,7 @@ import (
 	"github.com/km0/edgeproc/engine"
 	"github.com/km0/edgeproc/geo"
 	"github.com/km0/edgeproc/mqtt"
+	"github.com/km0/edgeproc/position"
 )
 
 // The configuration file reaches the parts only through here: the engine,
@@ -16,12 +17,18 @@ import (
 // a replay alike.
 
 // EngineConfig maps a market's configuration to its engine's, for a
-// replay and the live sources alike. Topic, Shards, ChunkSize, OnPosition
-// and OnForget are the caller's: a replay has no topic, and each source
+// replay and the live sources alike. Topic, Shards, ChunkSize, Log,
+// OnPosition and OnForget are the caller's: a replay has no topic, and each source
 // sets its own.
 func EngineConfig(c config.Config) engine.Config {
 	w := c.Windows.Millis()
+	format, _ := position.ParseFormat(c.MQTT.Format) // validated: edgeproc or owntracks
+	level := 0
+	if c.MQTT.OwnTracksCourier == "device" {
+		level = 1
+	}
 	return engine.Config{
+		Format: format, CourierLevel: level,
 		Market: c.Market,
 		Size:   w.Size, Slide: w.Slide, Gap: w.Gap, ToleratedDelay: w.ToleratedDelay, AllowedLateness: w.AllowedLateness,
 		IdleTimeout: w.IdleTimeout, MaxFutureSkew: w.MaxFutureSkew, RestoreTTL: w.RestoreTTL,

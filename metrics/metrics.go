@@ -139,6 +139,8 @@ var (
 	dReceived    = desc("positions_received_total", "Messages handed to the engine, valid or not, redeliveries included.")
 	dAccepted    = desc("positions_accepted_total", "Valid positions (duplicates and late ones included).")
 	dRejected    = desc("positions_rejected_total", "Rejected inputs, by contract reason.", "reason")
+	dIgnored     = desc("inputs_ignored_total", "OwnTracks messages that are not positions (mqtt.format owntracks), by _type: not dead-lettered; \"other\" for a type the OwnTracks documentation does not list.", "type")
+	dSecondsLate = desc("positions_late_seconds_timestamp_total", "Late positions whose timestamp_ms reads as seconds (before 2001-01-01): a phone sending seconds, not milliseconds.")
 	dDuplicates  = desc("positions_duplicate_total", "Exact duplicate positions ignored (QoS 1 redelivery).")
 	dLate        = desc("positions_late_total", "Positions late for an operator (distance or session).", "operator")
 	dMissed      = desc("window_memberships_missed_total", "Distance windows a position that was not late could not join because they were closed for good (ended, and past windows.allowed_lateness).")
@@ -211,7 +213,7 @@ var revision = func() string {
 }()
 
 var allDescs = []*prometheus.Desc{
-	dReceived, dAccepted, dRejected, dDuplicates, dLate, dMissed, dRevisions, dRecovered, dResults, dCouriers, dEvicted, dWatermark, dLag, dQueue, dQueueCap, dInFlight, dInFlightMx,
+	dReceived, dAccepted, dRejected, dIgnored, dSecondsLate, dDuplicates, dLate, dMissed, dRevisions, dRecovered, dResults, dCouriers, dEvicted, dWatermark, dLag, dQueue, dQueueCap, dInFlight, dInFlightMx,
 	dPublished, dAcked, dBDup, dBErrors, dBRetries, dPending, dKVWrites, dKVErrors, dKVRefused, dKVEvicted, dRecreated, dNATSUp, dStreamUp,
 	dMQTTUp, dMQTTRecv, dMQTTRedel, dMQTTResent, dMQTTOut, dMQTTReconn, dMQTTLost, dReady, dFailed,
 	dCkptAge, dCkptDur, dCkptBytes, dCkpts, dCkptFail, dCkptSkip, dCkptIncr, dWALBytes, dWALRepairs, dWALStalled, dWALStalls, dWALFsync, dReplayed, dRecoveryDur,
@@ -248,6 +250,10 @@ func (c *Collector) collect(ch chan<- prometheus.Metric, name string, s Snapshot
 		for _, k := range sortedKeys(e.Rejected) {
 			counter(dRejected, float64(e.Rejected[k]), k)
 		}
+		for _, k := range sortedKeys(e.Ignored) {
+			counter(dIgnored, float64(e.Ignored[k]), k)
+		}
+		counter(dSecondsLate, float64(e.SecondsLate))
 		counter(dDuplicates, float64(e.Duplicates))
 		counter(dLate, float64(e.LateDistance), "distance")
 		counter(dLate, float64(e.LateSession), "session")

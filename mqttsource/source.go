@@ -173,6 +173,7 @@ func (s *Source) Run(ctx context.Context, m *market.Market) error {
 	ecfg := market.EngineConfig(s.cfg)
 	ecfg.Topic = s.cfg.MQTT.Topic
 	ecfg.Shards = s.drv.shards
+	ecfg.Log = s.log
 	// The bridge coalesces positions per courier and computes the cell
 	// when it writes, so this stays a map lookup per position; the board
 	// gets the same positions at the same point.

@@ -55,3 +55,26 @@ func BenchmarkEncodingJSON(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDecodeOwnTracks decodes the apps' location payloads, larger
+// than the edgeproc format's (about 250 bytes, most of them ignored).
+func BenchmarkDecodeOwnTracks(b *testing.B) {
+	for _, bp := range []struct{ name, in, topic string }{
+		{"ios", otIOS, "owntracks/van-3/iphone"},
+		{"android", otAndroid, "owntracks/van-3/pixel"},
+		{"replay_line", otMinimal[:len(otMinimal)-1] + `,"topic":"owntracks/van-3/nokia","arrival_ms":1706856299000}`, ""},
+	} {
+		b.Run(bp.name, func(b *testing.B) {
+			in := []byte(bp.in)
+			var d Decoder
+			var p Position
+			b.SetBytes(int64(len(in)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if r := d.DecodeOwnTracks(in, bp.topic, otFilter, 0, &p); r != OK {
+					b.Fatalf("DecodeOwnTracks = %v, want ok", r)
+				}
+			}
+		})
+	}
+}

@@ -52,6 +52,7 @@ func reference(in []byte) (Reason, Position) {
 	}
 	for _, k := range []string{"courier", "lat", "lon", "timestamp_ms"} {
 		if raw, ok := m[k]; !ok || string(raw) == "null" {
+			p.Missing = k
 			return MissingField, p
 		}
 	}
@@ -131,6 +132,9 @@ func checkAgainstReference(t *testing.T, in []byte) {
 	wantR, want := reference(in)
 	if r != wantR {
 		t.Fatalf("Decode(%q) = %v, want %v (encoding/json reference)", in, r, wantR)
+	}
+	if got.Missing != want.Missing {
+		t.Fatalf("Decode(%q): Missing = %q, want %q", in, got.Missing, want.Missing)
 	}
 	if got.HasArrival != want.HasArrival || got.Arrival != want.Arrival {
 		t.Fatalf("Decode(%q): HasArrival, Arrival = %v, %d; want %v, %d", in, got.HasArrival, got.Arrival, want.HasArrival, want.Arrival)

@@ -1,5 +1,7 @@
 // Package position decodes and validates one courier position: an MQTT
-// payload or one line of a replay file (contract §2).
+// payload or one line of a replay file (contract §2), in the contract's
+// own format (Decode) or as the OwnTracks app publishes it
+// (DecodeOwnTracks; contract §2, Input formats).
 //
 // Decoding is the hottest path of the service, so it uses a small strict
 // single-pass JSON scanner instead of encoding/json: it allocates nothing,
@@ -35,13 +37,19 @@ const (
 	OK              Reason = iota
 	TooLarge               // over MaxPayload bytes
 	MalformedJSON          // not JSON, or not a JSON object
-	MissingField           // courier, lat, lon or timestamp_ms absent or null
+	MissingField           // a required field absent or null (Position.Missing names it)
 	BadCourier             // courier not a string of 1–64 chars of [A-Za-z0-9._:-]
 	BadCoordinates         // lat/lon not finite numbers, or out of range
 	BadTimestamp           // timestamp_ms not an integer literal in (0, MaxTimestamp]
 	CourierMismatch        // topic courier differs from the payload's (see CheckTopic)
 	FutureTimestamp        // too far ahead of the processing clock (checked by the caller)
 	CourierLimit           // an untracked courier while the market is full (decided by the engine)
+
+	// Ignored is not a rejection: the input is an OwnTracks message of
+	// another _type than location (Position.Type says which). It is
+	// counted by type and not dead-lettered (contract §2, Input formats).
+	// Reasons does not list it.
+	Ignored
 )
 
 // MaxTimestamp is the largest timestamp_ms accepted: 9999-12-31T23:59:59.999Z.
@@ -67,6 +75,7 @@ var reasonText = [...]string{
 	CourierMismatch: "courier_mismatch",
 	FutureTimestamp: "future_timestamp",
 	CourierLimit:    "courier_limit",
+	Ignored:         "ignored",
 }
 
 // String returns the contract's text for r ("ok", "too_large", ...), or
@@ -98,7 +107,17 @@ type Position struct {
 	// arrival_ms. It is set even when Decode rejects the payload, as long
 	// as the payload is within MaxPayload and is a valid JSON object.
 	HasArrival bool
+	// Missing names the required field a MissingField rejection is for:
+	// the first absent or null one in the order the format lists them.
+	Missing string
+	// Type is an Ignored OwnTracks message's _type.
+	Type MessageType
 }
+
+// SecondsBefore is 2001-01-01T00:00:00Z in ms: a timestamp_ms below it
+// most likely counts seconds, not milliseconds (a phone sending seconds
+// writes about 1.7e9, which read as ms is January 1970).
+const SecondsBefore = 978307200000
 
 // Decoder decodes position payloads. It is reusable and not safe for
 // concurrent use; its zero value is ready.
@@ -106,6 +125,8 @@ type Decoder struct {
 	// courier holds an unescaped courier id (one written with escapes);
 	// Position.Courier then aliases it.
 	courier [maxCourier]byte
+	// topic holds an unescaped replay-line topic (DecodeOwnTracks).
+	topic [MaxPayload]byte
 	// nest records, per open nesting level of a skipped value, whether it
 	// is an object (bit set) or an array. Kept here rather than on the
 	// stack so no call pays for zeroing it.
@@ -118,7 +139,7 @@ type Decoder struct {
 // FutureTimestamp need context the payload does not have: see CheckTopic.
 //
 // p is always reset first. On rejection, only p.HasArrival and p.Arrival
-// are meaningful (see Position.HasArrival). Decode never panics. It does
+// are meaningful (see Position.HasArrival), and p.Missing on MissingField. Decode never panics. It does
 // not allocate, except to parse an unusual number literal longer than 32
 // bytes with more than 15 significant digits.
 func (d *Decoder) Decode(payload []byte, p *Position) Reason {
@@ -130,13 +151,13 @@ func (d *Decoder) Decode(payload []byte, p *Position) Reason {
 	if !d.scanTop(payload, &f) {
 		return MalformedJSON
 	}
-	if v := f[fieldArrival].of(payload); isNumber(v) {
-		if n, ok := parseInt(v); ok {
-			p.Arrival, p.HasArrival = n, true
-		}
-	}
-	for _, k := range [...]field{fieldCourier, fieldLat, fieldLon, fieldTS} {
-		if v := f[k].of(payload); v == nil || v[0] == 'n' {
+	readArrival(payload, &f, p)
+	for _, k := range [...]struct {
+		f    field
+		name string
+	}{{fieldCourier, "courier"}, {fieldLat, "lat"}, {fieldLon, "lon"}, {fieldTS, "timestamp_ms"}} {
+		if v := f[k.f].of(payload); v == nil || v[0] == 'n' {
+			p.Missing = k.name
 			return MissingField
 		}
 	}
@@ -178,6 +199,15 @@ func (d *Decoder) Decode(payload []byte, p *Position) Reason {
 		p.Accuracy = a
 	}
 	return OK
+}
+
+// readArrival sets p's arrival fields from an integer arrival_ms.
+func readArrival(payload []byte, f *fieldSpans, p *Position) {
+	if v := f[fieldArrival].of(payload); isNumber(v) {
+		if n, ok := parseInt(v); ok {
+			p.Arrival, p.HasArrival = n, true
+		}
+	}
 }
 
 // maxCourier is the longest valid courier id, in bytes.

@@ -4,7 +4,7 @@ package position
 // the grammar of RFC 8259 as encoding/json implements it (json.Valid), and
 // records where the values of the known top-level keys are.
 
-// field indexes the top-level keys Decode looks at.
+// field indexes the top-level keys Decode and DecodeOwnTracks look at.
 type field uint8
 
 const (
@@ -14,6 +14,11 @@ const (
 	fieldTS
 	fieldAccuracy
 	fieldArrival
+	// OwnTracks (DecodeOwnTracks): fieldLat and fieldLon are shared.
+	fieldType
+	fieldTst
+	fieldAcc
+	fieldTopic
 	numFields
 	fieldUnknown = numFields
 )
@@ -117,6 +122,17 @@ func keyField(k []byte, esc bool) field {
 			return fieldLat
 		case "lon":
 			return fieldLon
+		case "tst":
+			return fieldTst
+		case "acc":
+			return fieldAcc
+		}
+	case 5:
+		switch string(k) {
+		case "_type":
+			return fieldType
+		case "topic":
+			return fieldTopic
 		}
 	case 7:
 		if string(k) == "courier" {

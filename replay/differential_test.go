@@ -33,6 +33,7 @@ func refParams(c engine.Config) reference.Params {
 		DeadZoneWindowMs: c.DeadZoneWindow, DeadZoneRes: c.DeadZoneResolution,
 		DeadZoneMaxCells: cmp.Or(c.DeadZoneCells, defaults.DeadZoneCells),
 		Area:             c.Area,
+		Format:           c.Format.String(), Topic: c.Topic, CourierLevel: c.CourierLevel,
 	}
 }
 

@@ -2,6 +2,12 @@
 // §9, `edgeproc replay`): the batch deployment of the same code the live
 // service runs. Lines are processed in file order, which is arrival order;
 // a line's arrival_ms drives the processing clock.
+//
+// With the OwnTracks format (engine.Config.Format) a line is the OwnTracks
+// message itself with two more members: "topic", the MQTT topic it was
+// published to (as OwnTracks' HTTP mode sends it), whose level
+// engine.Config.CourierLevel of the filter engine.Config.Topic is the
+// courier, and "arrival_ms" as in any replay line.
 package replay
 
 import (
@@ -27,7 +33,7 @@ type Summary struct {
 // String is the one-line summary printed at the end of a replay.
 func (s Summary) String() string {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "replay: %d positions, %d accepted; rejected %d", s.Stats.Received, s.Stats.Accepted, s.Stats.Received-s.Stats.Accepted)
+	fmt.Fprintf(&b, "replay: %d positions, %d accepted; rejected %d", s.Stats.Received, s.Stats.Accepted, s.Stats.Results[result.Rejected.String()])
 	sep := " ("
 	for _, r := range position.Reasons {
 		if n := s.Stats.Rejected[r.String()]; n > 0 {
@@ -37,6 +43,24 @@ func (s Summary) String() string {
 	}
 	if sep == ", " {
 		b.WriteString(")")
+	}
+	var ignored int64
+	for _, n := range s.Stats.Ignored {
+		ignored += n
+	}
+	if ignored > 0 {
+		fmt.Fprintf(&b, "; ignored %d", ignored)
+		sep = " ("
+		for _, t := range position.MessageTypes {
+			if n := s.Stats.Ignored[t.String()]; n > 0 {
+				fmt.Fprintf(&b, "%s%s %d", sep, t, n)
+				sep = ", "
+			}
+		}
+		b.WriteString(")")
+	}
+	if s.Stats.SecondsLate > 0 {
+		fmt.Fprintf(&b, "; late with timestamp_ms in seconds %d", s.Stats.SecondsLate)
 	}
 	fmt.Fprintf(&b, "; duplicates %d; late distance %d, session %d; missed window memberships %d; couriers evicted %d; results",
 		s.Stats.Duplicates, s.Stats.LateDistance, s.Stats.LateSession, s.Stats.MissedMemberships, s.Stats.Evicted)

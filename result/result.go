@@ -98,8 +98,11 @@ type Record struct {
 	Zone *Zone // DeadZone: Start and End are the window, Cell the cell
 
 	Reason string // Rejected
-	Raw    []byte // Rejected: the payload, at most RawLimit bytes
-	Line   int64  // Rejected: line of a replay file, or position in the log
+	// Field names the missing field of a Rejected record of reason
+	// missing_field (JSON "field"); empty otherwise.
+	Field string
+	Raw   []byte // Rejected: the payload, at most RawLimit bytes
+	Line  int64  // Rejected: line of a replay file, or position in the log
 }
 
 // Zone is what a dead_zone result counts: the no_signal warnings whose
@@ -267,6 +270,10 @@ func (r *Record) AppendJSON(dst []byte) []byte {
 	case Rejected:
 		dst = append(dst, `,"reason":"`...)
 		dst = append(dst, r.Reason...)
+		if r.Field != "" {
+			dst = append(dst, `","field":"`...)
+			dst = append(dst, r.Field...)
+		}
 		dst = append(dst, `","raw":`...)
 		// Rare path: encoding/json gets every escape and invalid UTF-8 right.
 		raw, _ := json.Marshal(string(r.Raw))

@@ -70,6 +70,7 @@ fuzz() { go test -run '^$' -fuzz "^$2\$" -fuzztime "${FUZZTIME:-20000x}" "$1"; }
 fuzz ./gpsnoise FuzzReadGPX
 fuzz ./position FuzzDecode
 fuzz ./position FuzzDecodeFields
+fuzz ./position FuzzDecodeOwnTracks
 fuzz ./replay FuzzReplay
 fuzz ./config FuzzParse
 fuzz ./engine FuzzRestore

@@ -36,6 +36,7 @@ func TestRun_ExitCodes(t *testing.T) {
 		{[]string{"run", "--nope"}, 2, "", "edgeproc run: flag provided but not defined: -nope\nusage: edgeproc run"},
 		{[]string{"check-config", "../../examples/girona.yaml"}, 0, "ok (market girona)", ""},
 		{[]string{"check-config", "../../examples/girona.yaml", "../../examples/valencia.yaml"}, 0, "ok (market valencia)", ""},
+		{[]string{"check-config", "../../examples/owntracks.yaml"}, 0, "ok (market girona)", ""},
 		{[]string{"check-config", "../../testdata/worked.jsonl"}, 1, "", "edgeproc check-config: ../../testdata/worked.jsonl:1: "},
 		{[]string{"check-config", "missing.yaml"}, 1, "", "edgeproc check-config: config missing.yaml: no such file or directory\n"},
 		{[]string{"replay", "--config", "../../testdata/worked.yaml", "--in", "../../testdata/worked.jsonl"}, 0, `"end_of_input":true`, "positions"},

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 
 	"github.com/schollz/progressbar/v3"
@@ -13,40 +14,63 @@ import (
 
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/market"
+	"github.com/km0/edgeproc/position"
 	"github.com/km0/edgeproc/replay"
 )
+
+// ownTracksTopic is the subscription filter a replay in the OwnTracks
+// format matches each line's topic against when the config is for another
+// format: the app's own topics, owntracks/USER/DEVICE.
+const ownTracksTopic = "owntracks/+/+"
 
 // progressMin is the input size from which a terminal gets a progress bar.
 const progressMin = 32 << 20
 
 var replayCommand = &command{
 	name:    "replay",
-	args:    "--config FILE [--in FILE|-] [--out FILE|-] [--shards N]",
+	args:    "--config FILE [--in FILE|-] [--out FILE|-] [--shards N] [--format edgeproc|owntracks]",
 	summary: "process a JSONL file of positions, write JSONL results",
 	help: `Runs the engine over a file: each input line is a position (with an
 optional arrival_ms, the processing time it arrived at), each output line
 a result or a rejected input, exactly as the live service publishes them
 (docs/reference.md). At the end everything still open fires. A summary
-goes to stderr. --shards changes the parallelism, never the output.`,
+goes to stderr. --shards changes the parallelism, never the output.
+
+--format (default: the config's mqtt.format) reads the lines as edgeproc
+positions or as OwnTracks messages: each line is the OwnTracks JSON object
+plus "topic":"owntracks/USER/DEVICE" and the optional arrival_ms, e.g.
+{"_type":"location","lat":41.97,"lon":2.82,"tst":1726308298,"acc":8,
+"topic":"owntracks/jane/phone","arrival_ms":1726308299000}. The courier is
+the topic's level that mqtt.owntracks_courier names, matched against
+mqtt.topic when the config's format is owntracks, else against
+owntracks/+/+ (docs/semantics.md, Input formats).`,
 	example: "edgeproc replay --config testdata/worked.yaml --in testdata/worked.jsonl",
 	setup: func(fs *flag.FlagSet) runFunc {
 		cfgPath := fs.String("config", "", "market configuration `FILE` (required)")
 		inPath := fs.String("in", "-", "input JSONL `FILE`, - for stdin")
 		outPath := fs.String("out", "-", "output JSONL `FILE`, - for stdout")
 		shards := fs.Int("shards", 0, "shard goroutines (default: number of CPUs); results do not depend on it")
+		format := fs.String("format", "", "input `FORMAT`: edgeproc or owntracks (default: the config's mqtt.format)")
 		return func(_ context.Context, args []string, stdout, stderr io.Writer) error {
 			if *cfgPath == "" || len(args) > 0 {
 				return usageError{"replay takes --config FILE"}
 			}
-			return replayFile(*cfgPath, *inPath, *outPath, *shards, stdout, stderr)
+			if _, ok := position.ParseFormat(*format); *format != "" && !ok {
+				return usageError{fmt.Sprintf("--format %q: must be edgeproc or owntracks", *format)}
+			}
+			return replayFile(*cfgPath, *inPath, *outPath, *format, *shards, stdout, stderr)
 		}
 	},
 }
 
-func replayFile(cfgPath, inPath, outPath string, shards int, stdout, stderr io.Writer) error {
+func replayFile(cfgPath, inPath, outPath, format string, shards int, stdout, stderr io.Writer) error {
 	cfg, err := config.Load(cfgPath)
 	if err != nil {
 		return err
+	}
+	if format != "" && format != cfg.MQTT.Format {
+		// The config's topic is for its own format's messages.
+		cfg.MQTT.Format, cfg.MQTT.Topic = format, ownTracksTopic
 	}
 	in, closeIn, err := openReplayInput(inPath, stderr)
 	if err != nil {
@@ -93,6 +117,10 @@ func openReplayInput(path string, stderr io.Writer) (in io.Reader, close func(),
 func replayResults(cfg config.Config, shards int, in io.Reader, out, stderr io.Writer) error {
 	ecfg := market.EngineConfig(cfg)
 	ecfg.Shards = shards
+	ecfg.Log = slog.New(slog.NewTextHandler(stderr, nil))
+	if ecfg.Format == position.FormatOwnTracks {
+		ecfg.Topic = cfg.MQTT.Topic // each line's "topic" is matched against it
+	}
 	sum, err := replay.Run(ecfg, in, out)
 	fmt.Fprintln(stderr, sum)
 	return err

@@ -330,7 +330,7 @@ func TestRun_FutureSkew(t *testing.T) {
 			lines: []string{tick(1_000_000), pos("c", 1_060_001, ptA)},
 			types: []string{"rejected"},
 			want: []map[string]any{
-				rejRec(1, "missing_field", tick(1_000_000), 1_000_000),
+				missRec(1, "courier", tick(1_000_000), 1_000_000),
 				rejRec(2, "future_timestamp", pos("c", 1_060_001, ptA), 1_000_000),
 			},
 		},
@@ -351,7 +351,7 @@ func TestRun_FutureSkew(t *testing.T) {
 			lines: []string{tick(5_000_000), posAt("c", 1_060_001, ptA, 1_000_000)},
 			types: []string{"rejected"},
 			want: []map[string]any{
-				rejRec(1, "missing_field", tick(5_000_000), 5_000_000),
+				missRec(1, "courier", tick(5_000_000), 5_000_000),
 				rejRec(2, "future_timestamp", posAt("c", 1_060_001, ptA, 1_000_000), 1_000_000),
 			},
 		},
@@ -367,7 +367,7 @@ func TestRun_FutureSkew(t *testing.T) {
 			lines: []string{tick(1_000_000), `{"courier":"c","lat":0,"lon":0,"timestamp_ms":1060001,"arrival_ms":1.5}`},
 			types: []string{"rejected"},
 			want: []map[string]any{
-				rejRec(1, "missing_field", tick(1_000_000), 1_000_000),
+				missRec(1, "courier", tick(1_000_000), 1_000_000),
 				rejRec(2, "future_timestamp", `{"courier":"c","lat":0,"lon":0,"timestamp_ms":1060001,"arrival_ms":1.5}`, 1_000_000),
 			},
 		},

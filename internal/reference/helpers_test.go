@@ -113,6 +113,13 @@ func rejRec(line int64, reason, raw string, at int64) map[string]any {
 	}
 }
 
+// missRec is a missing_field rejection naming field.
+func missRec(line int64, field, raw string, at int64) map[string]any {
+	r := rejRec(line, "missing_field", raw, at)
+	r["field"] = field
+	return r
+}
+
 func runLines(p Params, lines ...string) []map[string]any {
 	return Run(p, []byte(strings.Join(lines, "\n")+"\n"))
 }

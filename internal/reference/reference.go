@@ -66,6 +66,13 @@ type Params struct {
 	// Area, when set, is the service area whose side each courier is
 	// followed on (left_area, entered_area).
 	Area *geo.Area
+	// Format is the input format (§2 Input formats): "" or "edgeproc",
+	// or "owntracks": each line is an OwnTracks message with its topic in
+	// a "topic" member, whose level matched by the CourierLevel-th '+'
+	// (0-based) of the subscription filter Topic is the courier.
+	Format       string
+	Topic        string
+	CourierLevel int
 }
 
 func (p Params) validate() error {
@@ -88,6 +95,8 @@ func (p Params) validate() error {
 		return fmt.Errorf("RestoreTTLMs %d: must be >= max(SizeMs + AllowedLatenessMs, GapMs)", p.RestoreTTLMs)
 	case p.MaxCouriers <= 0:
 		return fmt.Errorf("MaxCouriers %d: must be > 0", p.MaxCouriers)
+	case p.Format != "" && p.Format != "edgeproc" && p.Format != "owntracks":
+		return fmt.Errorf("Format %q: must be edgeproc or owntracks", p.Format)
 	case p.DeadZoneWindowMs < 0 || p.DeadZoneWindowMs > 0 && p.DeadZoneMaxCells <= 0:
 		return fmt.Errorf("DeadZoneWindowMs %d, DeadZoneMaxCells %d: the window must be >= 0, the cells > 0", p.DeadZoneWindowMs, p.DeadZoneMaxCells)
 	}
@@ -243,7 +252,7 @@ func (pr *processor) now() int64 {
 // handleLine processes one non-blank line: clock, idle rule, rejection or
 // position.
 func (pr *processor) handleLine(lineNo int64, line []byte) {
-	d := decodeLine(line)
+	d := decodeLine(line, &pr.p)
 
 	if d.hasArrival || pr.hasClock {
 		tau := pr.clock
@@ -254,6 +263,11 @@ func (pr *processor) handleLine(lineNo int64, line []byte) {
 		pr.clock, pr.hasClock = tau, true
 	}
 
+	if d.ignored {
+		// An arrival for the idle rule, and nothing else.
+		pr.lastArrival, pr.hasLastArrival = pr.clock, pr.hasClock
+		return
+	}
 	reason := d.reason
 	if reason == "" && pr.hasClock && cmp(big.NewInt(d.pos.ts), plus(pr.clock, pr.p.FutureSkewMs)) > 0 {
 		reason = "future_timestamp"
@@ -262,14 +276,18 @@ func (pr *processor) handleLine(lineNo int64, line []byte) {
 		reason = "courier_limit"
 	}
 	if reason != "" {
-		pr.emit(map[string]any{
+		rec := map[string]any{
 			"type":          "rejected",
 			"key":           fmt.Sprintf("rejected|%s|%d", pr.p.Market, lineNo),
 			"emitted_at_ms": pr.now(),
 			"reason":        reason,
 			"raw":           truncateRaw(line),
 			"line":          lineNo,
-		})
+		}
+		if reason == "missing_field" {
+			rec["field"] = d.field
+		}
+		pr.emit(rec)
 		if reason == "courier_limit" {
 			// A refused position still moves the watermark (§3 Courier limit).
 			pr.observe(d.pos.ts)

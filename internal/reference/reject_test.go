@@ -6,6 +6,13 @@ import (
 	"testing"
 )
 
+// missOne: a file of one line, rejected as missing_field naming field.
+func missOne(name, line, field string) boundaryCase {
+	c := rejectOne(name, line, "missing_field")
+	c.want[0]["field"] = field
+	return c
+}
+
 // rejectOne: a file of one line, rejected for reason, before any clock.
 func rejectOne(name, line, reason string) boundaryCase {
 	return boundaryCase{
@@ -54,7 +61,7 @@ func TestRun_Rejections(t *testing.T) {
 			lines: []string{tick(7), tooLargeWithArrival},
 			types: []string{"rejected"},
 			want: []map[string]any{
-				rejRec(1, "missing_field", tick(7), 7),
+				missRec(1, "courier", tick(7), 7),
 				rejRec(2, "too_large", tooLargeWithArrival[:1024], 7),
 			},
 		},
@@ -75,19 +82,19 @@ func TestRun_Rejections(t *testing.T) {
 			lines: []string{tick(7), `{"arrival_ms":5,"lat":NaN}`},
 			types: []string{"rejected"},
 			want: []map[string]any{
-				rejRec(1, "missing_field", tick(7), 7),
+				missRec(1, "courier", tick(7), 7),
 				rejRec(2, "malformed_json", `{"arrival_ms":5,"lat":NaN}`, 7),
 			},
 		},
 
 		// missing_field: absent or null; checked before the field's value.
-		rejectOne("empty object", `{}`, "missing_field"),
-		rejectOne("courier absent", `{"lat":1,"lon":2,"timestamp_ms":600000}`, "missing_field"),
-		rejectOne("courier null", posWith("null", "1", "2", "600000"), "missing_field"),
-		rejectOne("lat absent", `{"courier":"c","lon":2,"timestamp_ms":600000}`, "missing_field"),
-		rejectOne("lon null", posWith(`"c"`, "1", "null", "600000"), "missing_field"),
-		rejectOne("timestamp absent, courier bad", `{"courier":5,"lat":1,"lon":2}`, "missing_field"),
-		rejectOne("timestamp null", posWith(`"c"`, "1", "2", "null"), "missing_field"),
+		missOne("empty object", `{}`, "courier"),
+		missOne("courier absent", `{"lat":1,"lon":2,"timestamp_ms":600000}`, "courier"),
+		missOne("courier null", posWith("null", "1", "2", "600000"), "courier"),
+		missOne("lat absent", `{"courier":"c","lon":2,"timestamp_ms":600000}`, "lat"),
+		missOne("lon null", posWith(`"c"`, "1", "null", "600000"), "lon"),
+		missOne("timestamp absent, courier bad", `{"courier":5,"lat":1,"lon":2}`, "timestamp_ms"),
+		missOne("timestamp null", posWith(`"c"`, "1", "2", "null"), "timestamp_ms"),
 
 		// bad_courier.
 		rejectOne("courier number", posWith("5", "1", "2", "600000"), "bad_courier"),

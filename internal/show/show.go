@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/km0/edgeproc/bridge"
+	"github.com/km0/edgeproc/position"
 )
 
 // Record holds the fields of any published record (docs/reference.md).
@@ -37,6 +38,7 @@ type Record struct {
 	TS         int64   `json:"timestamp_ms"`
 	Lateness   int64   `json:"lateness_ms"`
 	Reason     string  `json:"reason"`
+	Field      string  `json:"field"`
 	Raw        string  `json:"raw"`
 	Cell       string  `json:"cell"`
 	Lat        float64 `json:"lat"`
@@ -160,6 +162,9 @@ func (p Printer) Line(r Record) string {
 		fmt.Fprintf(&b, "back after %s of silence", Duration(r.GapMs))
 	case "late":
 		fmt.Fprintf(&b, "%s late for %s", Duration(r.Lateness), r.Operator)
+		if r.TS > 0 && r.TS < position.SecondsBefore {
+			b.WriteString("  (timestamp_ms looks like seconds, not milliseconds)")
+		}
 	case "left_area", "entered_area":
 		fmt.Fprintf(&b, "at %s, %.5f,%.5f", p.Clock(r.TS), r.Lat, r.Lon)
 	case "dead_zone":
@@ -170,7 +175,11 @@ func (p Printer) Line(r Record) string {
 		if len(raw) > RawShown {
 			raw = raw[:RawShown] + "…"
 		}
-		fmt.Fprintf(&b, "%s  %q", r.Reason, raw)
+		if r.Field != "" {
+			fmt.Fprintf(&b, "%s %s  %q", r.Reason, r.Field, raw)
+		} else {
+			fmt.Fprintf(&b, "%s  %q", r.Reason, raw)
+		}
 	}
 	if p.ShowMarket && r.Market != "" {
 		b.WriteString(p.Paint(ansiDim, "  ["+r.Market+"]"))
