@@ -16,7 +16,9 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-ARG VERSION=dev
+# Without --build-arg VERSION the binary reports "dev": .git stays out of
+# the build context, so the go command has no commit to stamp.
+ARG VERSION=
 RUN CGO_ENABLED=1 go build -trimpath -ldflags="-s -w -X main.version=${VERSION}" -o /out/edgeproc ./cmd/edgeproc
 
 FROM debian:bookworm-slim
