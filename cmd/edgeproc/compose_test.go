@@ -262,4 +262,3 @@ func mustJSON(t *testing.T, v any) string {
 	}
 	return string(b)
 }
-
