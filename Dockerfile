@@ -16,7 +16,9 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-ARG VERSION=dev
+# Without --build-arg VERSION the binary reports "dev": .git stays out of
+# the build context, so the go command has no commit to stamp.
+ARG VERSION=
 RUN CGO_ENABLED=1 go build -trimpath -ldflags="-s -w -X main.version=${VERSION}" -o /out/edgeproc ./cmd/edgeproc
 
 FROM debian:bookworm-slim
@@ -32,9 +34,10 @@ WORKDIR /var/lib/edgeproc
 # The write-ahead log and checkpoints: they must outlive the container.
 VOLUME ["/var/lib/edgeproc"]
 EXPOSE 9464
-# The binary probes itself: no curl in the image. It reaches the listener
-# only if http.listen is on 127.0.0.1 or 0.0.0.0 port 9464.
+# The binary probes itself (no curl in the image), at the listener its
+# configuration names (http.listen; a wildcard host on loopback). A
+# command of your own with another --config needs its own HEALTHCHECK.
 HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
-  CMD ["edgeproc", "health", "http://127.0.0.1:9464/healthz"]
+  CMD ["edgeproc", "health", "--config", "/etc/edgeproc/edgeproc.yaml"]
 ENTRYPOINT ["edgeproc"]
 CMD ["run", "--config", "/etc/edgeproc/edgeproc.yaml", "--log-format", "json"]

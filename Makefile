@@ -1,9 +1,13 @@
 # The README's commands, for convenience.
-.PHONY: build test bench demo fuzz chaos
+.PHONY: build test test-short bench demo fuzz chaos
 build:
 	go build -o edgeproc ./cmd/edgeproc
 test:
 	./scripts/test.sh
+# The fast loop: unit and property tests; every test that starts a server,
+# a process, a browser or needs root skips under -short.
+test-short:
+	go test -short ./...
 bench:
 	./scripts/bench.sh
 demo: build

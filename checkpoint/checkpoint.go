@@ -517,6 +517,18 @@ func (s *Dir) chain(tag uint64, skipped []error) ([]Checkpoint, []error, error) 
 	}
 }
 
+// Newest is Load on the checkpoint directory dir without opening it for
+// writing: it creates, restricts and removes nothing, so a check
+// (check-config) can read a running or stopped market's state as it is.
+// A missing directory has no checkpoint (ok false).
+func Newest(dir string) (c Checkpoint, ok bool, skipped []error, err error) {
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return Checkpoint{}, false, nil, nil
+	}
+	s := &Dir{dir: dir, keep: DefaultKeep, good: map[uint64]bool{}}
+	return s.Load()
+}
+
 // Load returns the newest checkpoint that checks out, and ok false when
 // there is none (a fresh state directory). skipped describes each newer
 // file that was corrupt and passed over, for the caller to log. A file of

@@ -457,3 +457,44 @@ func TestDir_DeltaChains(t *testing.T) {
 		t.Fatalf("with 60 damaged: chain %q, skipped %v", chain(c), skipped)
 	}
 }
+
+// Newest reads what Load reads, and changes nothing: no directory made, no
+// stale temporary file removed, no mode narrowed.
+func TestNewest_ReadsWithoutChanging(t *testing.T) {
+	root := t.TempDir()
+	missing := filepath.Join(root, "none")
+	if _, ok, _, err := Newest(missing); ok || err != nil {
+		t.Fatalf("missing dir: ok %v, err %v; want none", ok, err)
+	}
+	if _, err := os.Stat(missing); !os.IsNotExist(err) {
+		t.Fatalf("missing dir: created (%v)", err)
+	}
+
+	dir := filepath.Join(root, "ckpt")
+	d, err := Open(dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tag := range []uint64{3, 5} {
+		if _, err := d.Write(tag, []byte(fmt.Sprintf("snapshot %d", tag))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stale := filepath.Join(dir, prefix+"00000000000000000009"+suffix+tmpSuffix)
+	if err := os.WriteFile(stale, []byte("half"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	c, ok, skipped, err := Newest(dir)
+	if err != nil || !ok || len(skipped) != 0 || c.Tag != 5 || string(c.Snapshot) != "snapshot 5" {
+		t.Fatalf("got tag %d %q, ok %v, skipped %v, err %v; want tag 5", c.Tag, c.Snapshot, ok, skipped, err)
+	}
+	if _, err := os.Stat(stale); err != nil {
+		t.Errorf("the stale temporary file: %v, want it left", err)
+	}
+	if st, err := os.Stat(dir); err != nil || st.Mode().Perm() != 0o750 {
+		t.Errorf("dir mode %v (%v), want 0750 left", st.Mode().Perm(), err)
+	}
+}

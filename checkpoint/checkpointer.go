@@ -196,6 +196,15 @@ func (c *Checkpointer) Tag() uint64 {
 	return c.tag
 }
 
+// Whole reports whether the newest recovery point is a whole checkpoint,
+// not an incremental one on top of one (a point restored at start counts
+// as whole: nothing builds on it yet).
+func (c *Checkpointer) Whole() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.since == 0
+}
+
 // Stats are a Checkpointer's figures.
 type Stats struct {
 	// Last is when the newest checkpoint was saved (zero: none yet),

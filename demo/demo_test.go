@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -81,6 +80,7 @@ func assertLoopback(t *testing.T, what, hostport string) {
 }
 
 func TestRun_EveryResultTypeReachesNATS(t *testing.T) {
+	testenv.SkipShort(t, "the demo's embedded MQTT and NATS servers for a minute")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	counter := &typeCounter{counts: map[string]int{}, all: make(chan struct{})}
@@ -192,11 +192,7 @@ var boardLine = regexp.MustCompile(`(?m)^\d\d:\d\d:\d\d ── \d+ couriers: [1-
 // TestBinary_SIGINT builds edgeproc and checks that `edgeproc demo` stops
 // cleanly, exit code 0, on Ctrl-C after showing results.
 func TestBinary_SIGINT(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "edgeproc")
-	build := exec.Command("go", "build", "-o", bin, "github.com/km0/edgeproc/cmd/edgeproc")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := testenv.BuildEdgeproc(t)
 
 	cmd := exec.Command(bin, "demo", "--duration", "0")
 	stdout, err := cmd.StdoutPipe()

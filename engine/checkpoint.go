@@ -310,15 +310,8 @@ func readPresence(r *wire.Reader, pp **geo.Presence) error {
 // (whose shard count may differ from the snapshot's), and returns the
 // snapshot's tag.
 func Restore(cfg Config, sink Sink, snapshot []byte) (*Engine, uint64, error) {
-	if len(snapshot) < len(snapshotMagic) || string(snapshot[:len(snapshotMagic)]) != string(snapshotMagic) {
-		return nil, 0, fmt.Errorf("%w: not an edgeproc snapshot", ErrSnapshotCorrupt)
-	}
-	r := wire.NewReader(snapshot[len(snapshotMagic):])
-	version := r.Uint()
-	if r.Err() == nil && version != SnapshotVersion && version != snapshotV3 && version != snapshotV2 {
-		return nil, 0, fmt.Errorf("%w: version %d, this edgeproc reads versions %d to %d", ErrSnapshotVersion, version, snapshotV2, SnapshotVersion)
-	}
-	if err := checkConfig(cfg, r, version); err != nil {
+	r, version, err := openSnapshot(cfg, snapshot)
+	if err != nil {
 		return nil, 0, err
 	}
 	tag := r.Uint()
@@ -376,6 +369,42 @@ func Restore(cfg Config, sink Sink, snapshot []byte) (*Engine, uint64, error) {
 		}
 	}
 	return e, tag, nil
+}
+
+// CheckSnapshot reads a whole snapshot's header only, and returns the
+// error Restore would return under cfg for its format version
+// (ErrSnapshotVersion) or its market and settings (ErrSnapshotConfig), or
+// for a header that does not decode (ErrSnapshotCorrupt); nil when
+// Restore would get past the header. It starts nothing and reads no
+// courier: check-config uses it on a state directory's newest checkpoint.
+func CheckSnapshot(cfg Config, snapshot []byte) error {
+	r, _, err := openSnapshot(cfg, snapshot)
+	if err != nil {
+		return err
+	}
+	r.Uint() // the tag
+	readCounters(r)
+	if err := r.Err(); err != nil {
+		return fmt.Errorf("%w: header: %v", ErrSnapshotCorrupt, err)
+	}
+	return nil
+}
+
+// openSnapshot checks a whole snapshot's magic, format version, market
+// and fingerprint, and returns the reader after them, at the tag.
+func openSnapshot(cfg Config, snapshot []byte) (*wire.Reader, uint64, error) {
+	if len(snapshot) < len(snapshotMagic) || string(snapshot[:len(snapshotMagic)]) != string(snapshotMagic) {
+		return nil, 0, fmt.Errorf("%w: not an edgeproc snapshot", ErrSnapshotCorrupt)
+	}
+	r := wire.NewReader(snapshot[len(snapshotMagic):])
+	version := r.Uint()
+	if r.Err() == nil && version != SnapshotVersion && version != snapshotV3 && version != snapshotV2 {
+		return nil, 0, fmt.Errorf("%w: version %d, this edgeproc reads versions %d to %d", ErrSnapshotVersion, version, snapshotV2, SnapshotVersion)
+	}
+	if err := checkConfig(cfg, r, version); err != nil {
+		return nil, 0, err
+	}
+	return r, version, nil
 }
 
 // checkConfig reads a snapshot header's market and fingerprint and

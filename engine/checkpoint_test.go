@@ -376,3 +376,54 @@ func gironaArea(t *testing.T) *geo.Area {
 	}
 	return a
 }
+
+// CheckSnapshot refuses what Restore refuses for its header, reading no
+// more than the header: a snapshot cut after it passes.
+func TestCheckSnapshot_AsRestoreSees(t *testing.T) {
+	cfg := benchConfig(2)
+	snap := snapshotOf(t, cfg, smallFleet(9)[:2000])
+	future := append([]byte(nil), snap...)
+	future[len(snapshotMagic)] = SnapshotVersion + 1
+	header := len(snapshotMagic) + 200 // past the header, well before the first courier's end
+	cases := []struct {
+		name string
+		cfg  Config
+		snap []byte
+		want error // nil: accepted
+	}{
+		{"the same settings", cfg, snap, nil},
+		{"only the header", cfg, snap[:header], nil},
+		{"newer format version", cfg, future, ErrSnapshotVersion},
+		{"another size", func() Config { c := cfg; c.Size *= 2; return c }(), snap, ErrSnapshotConfig},
+		{"another gap", func() Config { c := cfg; c.Gap++; return c }(), snap, ErrSnapshotConfig},
+		{"another allowed lateness", func() Config { c := cfg; c.AllowedLateness = 60_000; return c }(), snap, ErrSnapshotConfig},
+		{"another distance filter", func() Config { c := cfg; c.Filter.MinMoveM++; return c }(), snap, ErrSnapshotConfig},
+		{"another market", func() Config { c := cfg; c.Market = "valencia"; return c }(), snap, ErrSnapshotConfig},
+		{"not a snapshot", cfg, []byte("{}"), ErrSnapshotCorrupt},
+		{"header cut", cfg, snap[:len(snapshotMagic)+4], ErrSnapshotCorrupt},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := CheckSnapshot(c.cfg, c.snap)
+			if c.want == nil {
+				if err != nil {
+					t.Fatalf("got %v, want nil", err)
+				}
+				return
+			}
+			if !errors.Is(err, c.want) {
+				t.Fatalf("got %v, want %v", err, c.want)
+			}
+			// Restore refuses the whole snapshot with the same error.
+			if len(c.snap) == len(snap) {
+				e, _, rerr := Restore(c.cfg, func([]result.Record) {}, c.snap)
+				if e != nil {
+					e.Stop()
+				}
+				if rerr == nil || rerr.Error() != err.Error() {
+					t.Errorf("CheckSnapshot: %v\nRestore:       %v", err, rerr)
+				}
+			}
+		})
+	}
+}

@@ -56,7 +56,9 @@ var (
 	ErrAreaType = errors.New("wrong GeoJSON type")
 	// ErrAreaRing: a ring that cannot outline an area: fewer than 4
 	// positions, not closed, all on one meridian or parallel, an edge that
-	// crosses the antimeridian, or a hole outside its polygon's bounds.
+	// crosses the antimeridian, a ring that crosses or touches itself
+	// (the error's Position is the first of the two edges that meet), or
+	// a hole outside its polygon's bounds.
 	ErrAreaRing = errors.New("bad ring")
 	// ErrAreaCoord: a position that is not [longitude, latitude] in
 	// range: longitude in [-180, 180], latitude in [-90, 90], finite.
@@ -178,7 +180,10 @@ func LoadArea(path string, res int) (*Area, error) {
 // the area when its centre is (H3's rule), so the outline is honoured to
 // within a cell. Positions are [longitude, latitude] in degrees (RFC 7946;
 // an altitude is ignored). Winding order is not checked, and a polygon
-// that crosses the antimeridian must be split there, as RFC 7946 asks.
+// that crosses the antimeridian must be split there, as RFC 7946 asks. A
+// ring must not cross or touch itself; rings of one polygon are not
+// checked against one another. An outline of 50 000 vertices loads in
+// ~0.1 s (BenchmarkParseArea_Vertices).
 //
 // Errors are *AreaError, wrapping one of the ErrArea sentinels.
 func ParseArea(name string, data []byte, res int) (*Area, error) {
@@ -201,7 +206,7 @@ func parseArea(name string, data []byte, res, band, maxCells int) (*Area, error)
 			return nil, p.at.err(ErrAreaTooLarge, -1, -1,
 				"its bounding box needs ~%.0f cells of working memory to fill at res %d, more than %d: split it into smaller polygons", need, res, maxFillScratch)
 		}
-		cells := h3.PolygonToCells(p.geo, res)
+		cells := fillPolygon(p.geo, res)
 		if len(cells) > maxCells {
 			return nil, p.at.err(ErrAreaTooLarge, -1, -1, "fills to %d cells at res %d, more than %d", len(cells), res, maxCells)
 		}
@@ -561,6 +566,16 @@ func decodeRing(at where, r int, ring [][]json.Number) (h3.GeoLoop, error) {
 	}
 	if flatLat || flatLon {
 		return nil, at.err(ErrAreaRing, r, -1, "encloses no area: all its positions are on one parallel or one meridian")
+	}
+	// A ring that crosses itself has no inside the fill could honour: its
+	// cells would depend on the crossing's parity, not on the outline
+	// meant.
+	switch c, crosses, tests := crossingOf(loop, maxCrossingTests); {
+	case tests > maxCrossingTests:
+		return nil, at.err(ErrAreaRing, r, -1,
+			"too many long edges spanning one another to check it for crossings (more than %d comparisons): simplify the outline", maxCrossingTests)
+	case crosses:
+		return nil, at.err(ErrAreaRing, r, c.i, "%s", c)
 	}
 	return loop, nil
 }

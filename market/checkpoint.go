@@ -169,10 +169,13 @@ func (c *Checkpoints) save(ctx context.Context, job ckptJob, failed string) erro
 
 // Final sends the shutdown barrier through e: a whole snapshot at tag
 // (a periodic one still being saved, which a delta would build on, may
-// never be stored), unless tag is the newest recovery point already.
-// The snapshot is there for SaveFinal once e has stopped.
+// never be stored), unless the newest recovery point is a whole one at
+// tag already. Whole, so that the next start restores one snapshot
+// rather than merging a chain, and a lost newest checkpoint falls back to
+// the whole one before it. The snapshot is there for SaveFinal once e has
+// stopped.
 func (c *Checkpoints) Final(e *engine.Engine, tag uint64) {
-	if tag == c.Tag() {
+	if tag == c.Tag() && c.Whole() {
 		return
 	}
 	job := ckptJob{tag: tag, start: time.Now()}

@@ -19,6 +19,7 @@ import (
 // stream, two instances process it, and the results equal the replay of
 // each partition.
 func TestMQTTGateway_EqualsReplay(t *testing.T) {
+	testenv.SkipShort(t, "a NATS cluster and mosquitto_pub")
 	if _, err := exec.LookPath("mosquitto_pub"); err != nil {
 		t.Fatal("mosquitto_pub not found: apt-get install mosquitto-clients (scripts/test.sh does)")
 	}

@@ -62,8 +62,11 @@ func (s Summary) String() string {
 	if s.Stats.SecondsLate > 0 {
 		fmt.Fprintf(&b, "; late with timestamp_ms in seconds %d", s.Stats.SecondsLate)
 	}
-	fmt.Fprintf(&b, "; duplicates %d; late distance %d, session %d; missed window memberships %d; couriers evicted %d; results",
-		s.Stats.Duplicates, s.Stats.LateDistance, s.Stats.LateSession, s.Stats.MissedMemberships, s.Stats.Evicted)
+	// Refused dead-zone warnings are no_signal results no dead zone
+	// counts (their window had dead_zones.max_cells cells): without them
+	// here, the dead zones would look complete.
+	fmt.Fprintf(&b, "; duplicates %d; late distance %d, session %d; missed window memberships %d; couriers evicted %d; dead-zone warnings refused %d; results",
+		s.Stats.Duplicates, s.Stats.LateDistance, s.Stats.LateSession, s.Stats.MissedMemberships, s.Stats.Evicted, s.Stats.DeadZoneRefused)
 	for _, t := range result.Types {
 		fmt.Fprintf(&b, " %s %d", t, s.Stats.Results[t.String()])
 	}

@@ -1,6 +1,7 @@
 package service_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -58,12 +59,11 @@ func uniqueByLine(tb testing.TB, inputs []engine.Input) []engine.Input {
 // them all.
 func TestRun_RestartFromStateEqualsUninterruptedRun(t *testing.T) {
 	tests := []struct {
-		name         string
-		dropNewest   bool
-		wantReplayed bool
+		name       string
+		dropNewest bool
 	}{
-		{"from the final checkpoint", false, false},
-		{"newest checkpoint lost: previous one plus the log", true, true},
+		{"from the final checkpoint", false},
+		{"newest checkpoint lost: previous one plus the log", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -81,23 +81,43 @@ func TestRun_RestartFromStateEqualsUninterruptedRun(t *testing.T) {
 			svc := startService(t, []config.Config{cfg}, service.Deps{Log: testLog(t), Record: rec.record, Registry: reg})
 			waitReady(t, svc, 20*time.Second)
 			published := map[string]bool{}
-			for _, m := range msgs[:half] {
+			// A whole checkpoint (the first of a process), then an
+			// incremental one on it (the second, once more is applied),
+			// then the whole one of the shutdown, which the newest is not:
+			// two whole checkpoints whatever the timing.
+			for i, m := range msgs[:half] {
 				pub.MustPublish(t, m.Topic, m.Payload)
 				published[string(m.Payload)] = true
+				if i == half/2 {
+					rec.waitSeen(t, published, 30*time.Second)
+					waitGauge(t, reg, "edgeproc_checkpoints_total", "girona", 1, 10*time.Second)
+				}
 			}
 			rec.waitSeen(t, published, 30*time.Second)
-			waitGauge(t, reg, "edgeproc_checkpoints_total", "girona", 1, 10*time.Second)
+			waitGauge(t, reg, "edgeproc_checkpoints_incremental_total", "girona", 1, 10*time.Second)
 			svc.stop(t, 15*time.Second)
 			if got := gauge(t, reg, "edgeproc_checkpoint_size_bytes", "girona"); got <= 0 {
 				t.Errorf("checkpoint size: got %v, want > 0", got)
 			}
 
 			ckdir := filepath.Join(cfg.State.Dir, "checkpoints")
+			// From the final checkpoint nothing is replayed; from the
+			// previous one, the log after the last incremental checkpoint
+			// on it, up to the final one's tag.
+			var wantReplayed uint64
 			if tt.dropNewest {
 				names := ckptFiles(t, ckdir)
 				if len(names) != 2 {
 					t.Fatalf("checkpoint files: got %v, want the newest and the previous", names)
 				}
+				prev, final := ckptTag(t, names[0]), ckptTag(t, names[1])
+				chain := prev
+				for _, d := range deltaTags(t, ckdir) {
+					if d > prev && d <= final {
+						chain = max(chain, d)
+					}
+				}
+				wantReplayed = final - chain
 				if err := os.Remove(filepath.Join(ckdir, names[1])); err != nil {
 					t.Fatal(err)
 				}
@@ -107,8 +127,8 @@ func TestRun_RestartFromStateEqualsUninterruptedRun(t *testing.T) {
 			reg = prometheus.NewRegistry()
 			svc = startService(t, []config.Config{cfg}, service.Deps{Log: testLog(t), Record: rec.record, Registry: reg})
 			waitReady(t, svc, 20*time.Second)
-			if got := gauge(t, reg, "edgeproc_recovery_replayed_entries", "girona"); (got > 0) != tt.wantReplayed {
-				t.Errorf("entries replayed at start: got %v, want replayed %v", got, tt.wantReplayed)
+			if got := gauge(t, reg, "edgeproc_recovery_replayed_entries", "girona"); got != float64(wantReplayed) {
+				t.Errorf("entries replayed at start: got %v, want %d", got, wantReplayed)
 			}
 			for _, m := range msgs[half:] {
 				pub.MustPublish(t, m.Topic, m.Payload)
@@ -124,6 +144,34 @@ func TestRun_RestartFromStateEqualsUninterruptedRun(t *testing.T) {
 			compareResults(t, streamResults(t, ns.URL(), cfg.NATS.Stream), expectedResults(t, cfg, inputs))
 		})
 	}
+}
+
+// ckptTag is the tag of a whole checkpoint's file name.
+func ckptTag(tb testing.TB, name string) uint64 {
+	tb.Helper()
+	var tag uint64
+	if _, err := fmt.Sscanf(name, "checkpoint-%d.ckpt", &tag); err != nil {
+		tb.Fatalf("checkpoint file %s: %v", name, err)
+	}
+	return tag
+}
+
+// deltaTags are the tags of the incremental checkpoints in dir
+// (delta-TAG-BASE.ckpt).
+func deltaTags(tb testing.TB, dir string) []uint64 {
+	tb.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var tags []uint64
+	for _, e := range ents {
+		var tag, base uint64
+		if n, _ := fmt.Sscanf(e.Name(), "delta-%d-%d.ckpt", &tag, &base); n == 2 {
+			tags = append(tags, tag)
+		}
+	}
+	return tags
 }
 
 // ckptFiles lists the whole checkpoints in dir, not the incremental ones.

@@ -43,6 +43,7 @@ import (
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/defaults"
 	"github.com/km0/edgeproc/engine"
+	"github.com/km0/edgeproc/internal/natsconn"
 	"github.com/km0/edgeproc/market"
 	"github.com/km0/edgeproc/metrics"
 	"github.com/km0/edgeproc/mqttsource"
@@ -187,27 +188,9 @@ func connectNATS(cfgs []config.Config, deps *Deps) (map[string]*nats.Conn, error
 		if conns[k] != nil {
 			continue
 		}
-		log := deps.Log.With("nats", c.NATS.URL)
-		opts := []nats.Option{
-			nats.Name("edgeproc"),
-			nats.MaxReconnects(-1),
-			nats.ReconnectWait(250 * time.Millisecond),
-			nats.RetryOnFailedConnect(true),
-			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-				if err == nil { // our own Close at shutdown
-					log.Debug("nats connection closed")
-					return
-				}
-				log.Warn("nats disconnected", "err", err)
-			}),
-			nats.ReconnectHandler(func(*nats.Conn) { log.Info("nats reconnected") }),
-		}
-		if creds := c.NATS.Creds(); creds != "" {
-			opts = append(opts, nats.UserCredentialBytes([]byte(creds)))
-		}
-		nc, err := nats.Connect(c.NATS.URL, opts...)
+		nc, err := natsconn.Connect(c.NATS, "edgeproc", deps.Log)
 		if err != nil {
-			return conns, fmt.Errorf("service: market %s: connect to nats %s: %w", c.Market, c.NATS.URL, err)
+			return conns, fmt.Errorf("service: market %s: %w", c.Market, err)
 		}
 		conns[k] = nc
 	}

@@ -1,30 +1,24 @@
 package main
 
-// deadzones: the dead_zone results of a replay, or of a market's results
-// stream, summed by cell and written as a GeoJSON FeatureCollection. It
-// owns the summing and the GeoJSON; the replay is replayResults' (the same
-// engine set-up as `edgeproc replay`) and the stream reading is tail's
-// (connectJetStream, resultStream, orderedResults).
+// deadzones: the dead_zone results of a replay (replayResults, the same
+// engine set-up as `edgeproc replay`) or of a market's results stream
+// (package resultstream), summed by cell and written as GeoJSON (package
+// zonemap).
 
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"os"
-	"slices"
-	"strconv"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
-	"github.com/uber/h3-go/v4"
 
 	"github.com/km0/edgeproc/bridge"
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/defaults"
+	"github.com/km0/edgeproc/internal/resultstream"
+	"github.com/km0/edgeproc/internal/zonemap"
 )
 
 var deadzonesCommand = &command{
@@ -69,23 +63,23 @@ edgeproc deadzones --config /etc/edgeproc/girona.yaml --since 24h --out zones.ge
 			if err != nil {
 				return err
 			}
-			zs := newZoneSet()
+			zs := zonemap.NewSet()
 			if *inPath != "" {
 				if cfg.DeadZones.Window == 0 {
 					fmt.Fprintf(stderr, "warning: %s: dead_zones.window is 0: the replay counts no dead zones\n", *cfgPath)
 				}
 				err = zonesFromReplay(cfg, *inPath, zs, stderr)
 			} else {
-				err = zonesFromStream(ctx, resultsURL(*natsURL, &cfg), cfg, time.Now().Add(-*since), zs)
+				err = zonesFromStream(ctx, resultsNATS(*natsURL, &cfg), cfg, time.Now().Add(-*since), zs, stderr)
 			}
 			if err != nil {
 				return err
 			}
 			var buf bytes.Buffer
-			if err := zs.writeGeoJSON(&buf); err != nil {
+			if err := zs.WriteGeoJSON(&buf); err != nil {
 				return err
 			}
-			fmt.Fprintf(stderr, "deadzones: %d cells, %d windows\n", len(zs.cells), zs.windows)
+			fmt.Fprintf(stderr, "deadzones: %d cells, %d windows\n", zs.Cells(), zs.Windows())
 			if *outPath == "-" {
 				_, err = stdout.Write(buf.Bytes())
 				return err
@@ -102,291 +96,28 @@ edgeproc deadzones --config /etc/edgeproc/girona.yaml --since 24h --out zones.ge
 
 // zonesFromReplay replays inPath under cfg as `edgeproc replay` does and
 // adds its dead_zone results to zs.
-func zonesFromReplay(cfg config.Config, inPath string, zs *zoneSet, stderr io.Writer) error {
+func zonesFromReplay(cfg config.Config, inPath string, zs *zonemap.Set, stderr io.Writer) error {
 	in, closeIn, err := openReplayInput(inPath, stderr)
 	if err != nil {
 		return err
 	}
 	defer closeIn()
-	w := &zoneLines{zs: zs}
+	w := &zonemap.Lines{Set: zs}
 	if err := replayResults(cfg, 0, in, w, stderr); err != nil {
 		return err
 	}
-	if len(w.partial) > 0 {
-		return fmt.Errorf("result line %d: no line end", w.line+1)
-	}
-	return nil
+	return w.Close()
 }
 
 // zonesFromStream adds to zs the dead_zone results of cfg's market stored
-// in its results stream from start on, up to the stream's last sequence
-// when it is called: it returns once caught up, not following new ones.
-func zonesFromStream(ctx context.Context, url string, cfg config.Config, start time.Time, zs *zoneSet) error {
-	nc, js, err := connectJetStream(url, "edgeproc-deadzones")
+// in its results stream from start on, up to the stream's last one when
+// it is called.
+func zonesFromStream(ctx context.Context, n config.NATS, cfg config.Config, start time.Time, zs *zonemap.Set, stderr io.Writer) error {
+	nc, js, err := connectJetStream(n, "edgeproc-deadzones", stderr)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
 	bc := bridge.Config{Market: cfg.Market, SubjectPrefix: cfg.NATS.SubjectPrefix, Stream: cfg.NATS.Stream}.Resolved()
-	s, err := resultStream(ctx, js, bc)
-	if err != nil {
-		return err
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("market %s: stream %s: %w", bc.Market, bc.Stream, err)
-	}
-	last := info.State.LastSeq
-	if info.State.Msgs == 0 {
-		return nil
-	}
-	subject := bc.Subject(bridge.KindDeadZone)
-	cons, err := orderedResults(ctx, s, bc, []string{subject}, start)
-	if err != nil {
-		return err
-	}
-	it, err := cons.Messages()
-	if err != nil {
-		return fmt.Errorf("market %s: read %s: %w", bc.Market, bc.Stream, err)
-	}
-	defer it.Stop()
-	if ci := cons.CachedInfo(); ci != nil && ci.NumPending == 0 {
-		return nil // no dead zone since start
-	}
-	for {
-		m, err := it.Next(jetstream.NextContext(ctx))
-		if err != nil {
-			return fmt.Errorf("market %s: read %s: %w", bc.Market, bc.Stream, err)
-		}
-		meta, err := m.Metadata()
-		if err != nil {
-			return fmt.Errorf("market %s: read %s: %w", bc.Market, bc.Stream, err)
-		}
-		seq := meta.Sequence.Stream
-		if seq > last {
-			return nil // stored after the start: the next run's
-		}
-		if m.Subject() == subject {
-			if err := zs.add(m.Data()); err != nil {
-				return fmt.Errorf("market %s: stream %s sequence %d: %w", bc.Market, bc.Stream, seq, err)
-			}
-		}
-		// Nothing pending: no dead zone up to the stream's end, which is
-		// at or past last.
-		if seq == last || meta.NumPending == 0 {
-			return nil
-		}
-	}
+	return resultstream.ReadToNow(ctx, js, bc, bc.Subject(bridge.KindDeadZone), start, func(_ uint64, data []byte) error { return zs.Add(data) })
 }
-
-// deadZonePrefix starts every dead_zone line a replay writes
-// (result.Record.AppendJSON); other lines are skipped undecoded.
-var deadZonePrefix = []byte(`{"type":"dead_zone"`)
-
-// zoneLines is the io.Writer a replay's JSON lines go to: it adds each
-// dead_zone line to zs and drops the others.
-type zoneLines struct {
-	zs      *zoneSet
-	partial []byte // a line begun by one Write, not yet ended
-	line    int64  // lines ended so far
-}
-
-func (w *zoneLines) Write(p []byte) (int, error) {
-	n := len(p)
-	for len(p) > 0 {
-		i := bytes.IndexByte(p, '\n')
-		if i < 0 {
-			w.partial = append(w.partial, p...)
-			break
-		}
-		line := p[:i]
-		if len(w.partial) > 0 {
-			w.partial = append(w.partial, line...)
-			line = w.partial
-		}
-		w.line++
-		if bytes.HasPrefix(line, deadZonePrefix) {
-			if err := w.zs.add(line); err != nil {
-				return 0, fmt.Errorf("result line %d: %w", w.line, err)
-			}
-		}
-		w.partial = w.partial[:0]
-		p = p[i+1:]
-	}
-	return n, nil
-}
-
-// deadZone is the part of a dead_zone result (docs/reference.md) summed.
-type deadZone struct {
-	Type        string `json:"type"`
-	WindowStart int64  `json:"window_start_ms"`
-	WindowEnd   int64  `json:"window_end_ms"`
-	Cell        string `json:"cell"`
-	Warnings    int    `json:"warnings"`
-	Couriers    int    `json:"couriers"`
-	Restored    int    `json:"restored"`
-	Open        int    `json:"open"`
-	SilenceMs   int64  `json:"silence_ms"`
-	LongestMs   int64  `json:"longest_silence_ms"`
-}
-
-// zoneSet sums dead_zone results by cell.
-type zoneSet struct {
-	cells   map[h3.Cell]*cellZones
-	windows int // windows added, over every cell
-}
-
-// cellZones is one cell's windows, summed.
-type cellZones struct {
-	seen                         map[int64]bool // window starts added
-	warnings, couriers, restored int
-	open                         int
-	silenceMs, longestMs         int64
-	first, last                  int64 // first window's start, last window's end
-}
-
-func newZoneSet() *zoneSet { return &zoneSet{cells: make(map[h3.Cell]*cellZones)} }
-
-// add adds one dead_zone result, given as its JSON. A window already added
-// (the same key: a dead zone is never revised) is skipped.
-func (zs *zoneSet) add(data []byte) error {
-	var d deadZone
-	if err := json.Unmarshal(data, &d); err != nil {
-		return fmt.Errorf("decode dead_zone: %w", err)
-	}
-	if d.Type != "dead_zone" {
-		return fmt.Errorf("decode dead_zone: type %q", d.Type)
-	}
-	u, err := strconv.ParseUint(d.Cell, 16, 64)
-	if c := h3.Cell(u); err != nil || !c.IsValid() {
-		return fmt.Errorf("dead_zone: cell %q is not an H3 cell", d.Cell)
-	}
-	c := h3.Cell(u)
-	z := zs.cells[c]
-	if z == nil {
-		z = &cellZones{seen: make(map[int64]bool), first: d.WindowStart, last: d.WindowEnd}
-		zs.cells[c] = z
-	}
-	if z.seen[d.WindowStart] {
-		return nil
-	}
-	z.seen[d.WindowStart] = true
-	zs.windows++
-	z.warnings += d.Warnings
-	z.couriers += d.Couriers
-	z.restored += d.Restored
-	z.open += d.Open
-	z.silenceMs += d.SilenceMs
-	z.longestMs = max(z.longestMs, d.LongestMs)
-	z.first = min(z.first, d.WindowStart)
-	z.last = max(z.last, d.WindowEnd)
-	return nil
-}
-
-// The GeoJSON written (RFC 7946).
-type (
-	featureCollection struct {
-		Type     string    `json:"type"` // FeatureCollection
-		Features []feature `json:"features"`
-	}
-	feature struct {
-		Type       string         `json:"type"` // Feature
-		ID         string         `json:"id"`   // the cell
-		Geometry   polygon        `json:"geometry"`
-		Properties zoneProperties `json:"properties"`
-	}
-	polygon struct {
-		Type        string         `json:"type"` // Polygon
-		Coordinates [][][2]float64 `json:"coordinates"`
-	}
-	zoneProperties struct {
-		Cell             string   `json:"cell"`
-		Warnings         int      `json:"warnings"`
-		Couriers         int      `json:"couriers"`
-		Restored         int      `json:"restored"`
-		Open             int      `json:"open"`
-		SilenceMs        int64    `json:"silence_ms"`
-		LongestMs        int64    `json:"longest_silence_ms"`
-		Windows          int      `json:"windows"`
-		FirstWindowStart int64    `json:"first_window_start_ms"`
-		LastWindowEnd    int64    `json:"last_window_end_ms"`
-		MeanSilenceS     *float64 `json:"mean_silence_s"` // null when none restored
-	}
-)
-
-// writeGeoJSON writes zs as a FeatureCollection, features sorted by cell,
-// one a line.
-func (zs *zoneSet) writeGeoJSON(w io.Writer) error {
-	cells := make([]h3.Cell, 0, len(zs.cells))
-	for c := range zs.cells {
-		cells = append(cells, c)
-	}
-	slices.Sort(cells)
-	var b bytes.Buffer
-	b.WriteString(`{"type":"FeatureCollection","features":[`)
-	for i, c := range cells {
-		z := zs.cells[c]
-		f := feature{
-			Type:     "Feature",
-			ID:       c.String(),
-			Geometry: polygon{Type: "Polygon", Coordinates: [][][2]float64{cellRing(c)}},
-			Properties: zoneProperties{
-				Cell: c.String(), Warnings: z.warnings, Couriers: z.couriers, Restored: z.restored, Open: z.open,
-				SilenceMs: z.silenceMs, LongestMs: z.longestMs, Windows: len(z.seen),
-				FirstWindowStart: z.first, LastWindowEnd: z.last,
-			},
-		}
-		if z.restored > 0 {
-			mean := float64(z.silenceMs) / float64(z.restored) / 1000
-			f.Properties.MeanSilenceS = &mean
-		}
-		line, err := json.Marshal(f)
-		if err != nil {
-			return fmt.Errorf("encode cell %s: %w", c, err)
-		}
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString("\n")
-		b.Write(line)
-	}
-	b.WriteString("\n]}\n")
-	_, err := w.Write(b.Bytes())
-	return err
-}
-
-// cellRing is c's boundary as a closed GeoJSON linear ring: [lon, lat]
-// positions rounded to 1e-7° (about a centimetre), counter-clockwise,
-// the first repeated at the end. A cell across the antimeridian keeps its
-// longitudes continuous (some beyond ±180) rather than wrapping round the
-// world.
-func cellRing(c h3.Cell) [][2]float64 {
-	b := h3.CellToBoundary(c)
-	ring := make([][2]float64, 0, len(b)+1)
-	wraps := false
-	for i, v := range b {
-		ring = append(ring, [2]float64{round7(v.Lng), round7(v.Lat)})
-		if i > 0 && math.Abs(v.Lng-b[i-1].Lng) > 180 {
-			wraps = true
-		}
-	}
-	if wraps {
-		for i := range ring {
-			if ring[i][0] < 0 {
-				ring[i][0] += 360
-			}
-		}
-	}
-	// Shoelace: twice the signed area, positive counter-clockwise.
-	area := 0.0
-	for i := range ring {
-		p, q := ring[i], ring[(i+1)%len(ring)]
-		area += p[0]*q[1] - q[0]*p[1]
-	}
-	if area < 0 {
-		slices.Reverse(ring)
-	}
-	return append(ring, ring[0])
-}
-
-func round7(x float64) float64 { return math.Round(x*1e7) / 1e7 }

@@ -29,9 +29,6 @@ import (
 	"github.com/km0/edgeproc/metrics"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
-
 // usageError is a command-line mistake: exit code 2.
 type usageError struct{ msg string }
 
@@ -57,14 +54,16 @@ var commands = []*command{
 	runCommand, replayCommand, checkConfigCommand, tailCommand, deadzonesCommand, healthCommand, simCommand, demoCommand,
 	{
 		name: "version", summary: "print the version",
-		help:    "Prints the version the binary was built with (-ldflags \"-X main.version=...\").",
+		help: `Prints the version: the one the build set (-ldflags "-X main.version=..."),
+else the module version (go install ...@v1.2.3), else the git commit the
+binary was built from (with -dirty for uncommitted changes), else "dev".`,
 		example: "edgeproc version",
 		setup: func(*flag.FlagSet) runFunc {
 			return func(_ context.Context, args []string, stdout, _ io.Writer) error {
 				if len(args) > 0 {
 					return usageError{"version takes no arguments"}
 				}
-				_, err := fmt.Fprintln(stdout, "edgeproc", version)
+				_, err := fmt.Fprintln(stdout, "edgeproc", binaryVersion())
 				return err
 			}
 		},
@@ -81,7 +80,7 @@ func lookup(name string) *command {
 }
 
 func main() {
-	metrics.Version = version
+	metrics.Version = binaryVersion()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
@@ -97,7 +96,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		printUsage(stdout)
 		return 0
 	case "--version", "-version":
-		fmt.Fprintln(stdout, "edgeproc", version)
+		fmt.Fprintln(stdout, "edgeproc", binaryVersion())
 		return 0
 	case "help":
 		if len(args) == 1 {

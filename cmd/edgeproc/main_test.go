@@ -26,8 +26,8 @@ func TestRun_ExitCodes(t *testing.T) {
 	}{
 		{nil, 2, "", "usage: edgeproc COMMAND"},
 		{[]string{"nope"}, 2, "", `unknown command "nope"`},
-		{[]string{"version"}, 0, "edgeproc dev", ""},
-		{[]string{"--version"}, 0, "edgeproc dev", ""},
+		{[]string{"version"}, 0, "edgeproc " + binaryVersion() + "\n", ""},
+		{[]string{"--version"}, 0, "edgeproc " + binaryVersion() + "\n", ""},
 		{[]string{"--help"}, 0, "usage: edgeproc COMMAND", ""},
 		{[]string{"-h"}, 0, "tail ", ""},
 		{[]string{"help"}, 0, "check-config", ""},

@@ -14,6 +14,7 @@ import (
 
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/market"
+	"github.com/km0/edgeproc/mqttsource"
 	"github.com/km0/edgeproc/position"
 	"github.com/km0/edgeproc/replay"
 )
@@ -140,9 +141,17 @@ would run them (two markets sharing a name, an MQTT session, a stream, a
 state directory or an HTTP port are refused). Every problem is reported,
 as FILE:LINE: key = "value": reason. Warnings (a market's topic naming
 another market) go to stderr and do not fail the check. Every key is
-documented in go doc ./config.`,
+documented in go doc ./config.
+
+With --state (the default) each market's saved state is checked too, as
+run would restore it: a state.dir whose newest checkpoint was taken with
+another market name, window size, slide, gap, tolerated delay, allowed
+lateness, restore TTL or distance filter is refused, as run would refuse
+it (docs/runbook.md: changing window settings). Only the checkpoint's
+header is read; nothing is started or written.`,
 	example: "edgeproc check-config examples/girona.yaml examples/valencia.yaml",
-	setup: func(*flag.FlagSet) runFunc {
+	setup: func(fs *flag.FlagSet) runFunc {
+		state := fs.Bool("state", true, "check each market's saved state (state.dir) as run would restore it")
 		return func(_ context.Context, files []string, stdout, stderr io.Writer) error {
 			if len(files) == 0 {
 				return usageError{"check-config takes one or more FILEs"}
@@ -154,8 +163,24 @@ documented in go doc ./config.`,
 			for _, w := range warnings {
 				fmt.Fprintln(stderr, "warning:", w)
 			}
+			var errs []error
+			checked := make([]string, len(cfgs))
+			for i, c := range cfgs {
+				if !*state {
+					continue
+				}
+				if checked[i], err = mqttsource.CheckState(c); err != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", files[i], err))
+				}
+			}
+			if err := errors.Join(errs...); err != nil {
+				return err
+			}
 			for i, c := range cfgs {
 				fmt.Fprintf(stdout, "%s: ok (market %s)\n", files[i], c.Market)
+				if checked[i] != "" {
+					fmt.Fprintf(stdout, "%s: %s\n", files[i], checked[i])
+				}
 			}
 			return nil
 		}

@@ -2,16 +2,14 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -19,13 +17,15 @@ import (
 	"github.com/km0/edgeproc/bridge"
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/defaults"
+	"github.com/km0/edgeproc/internal/natsconn"
+	"github.com/km0/edgeproc/internal/resultstream"
 	"github.com/km0/edgeproc/internal/show"
 	"github.com/km0/edgeproc/service"
 )
 
 // tailTypes are what tail can follow: the result types and the courier
 // states of the key-value bucket.
-var tailTypes = []string{bridge.KindDistance, bridge.KindNoSignal, bridge.KindSignalRestored, bridge.KindLate, bridge.KindRejected, bridge.KindDeadZone, bridge.KindLeftArea, bridge.KindEnteredArea, "courier"}
+var tailTypes = []string{bridge.KindDistance, bridge.KindNoSignal, bridge.KindSignalRestored, bridge.KindLate, bridge.KindRejected, bridge.KindDeadZone, bridge.KindLeftArea, bridge.KindEnteredArea, resultstream.Courier}
 
 // stringList collects a repeated or comma-separated flag.
 type stringList []string
@@ -66,7 +66,7 @@ edgeproc tail --config examples/girona.yaml --json --type courier | jq .`,
 		since := fs.Duration("since", 0, "start this long ago (e.g. 10m); 0 = only what arrives from now")
 		asJSON := fs.Bool("json", false, "one JSON object a line instead of text")
 		count := fs.Int("count", 0, "exit after this many lines; 0 = until Ctrl-C")
-		return func(ctx context.Context, args []string, stdout, _ io.Writer) error {
+		return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			if len(args) > 0 || (len(markets) == 0) == (len(files) == 0) {
 				return usageError{"tail takes --market M... or --config FILE..., not both"}
 			}
@@ -90,9 +90,17 @@ edgeproc tail --config examples/girona.yaml --json --type courier | jq .`,
 			if len(files) > 0 {
 				fromFile = &cfgs[0]
 			}
-			url := resultsURL(*natsURL, fromFile)
-			t := &tailer{out: stdout, json: *asJSON, max: *count, p: show.Printer{Color: isTerminal(stdout), ShowMarket: len(cfgs) > 1}}
-			return t.run(ctx, url, cfgs, types, *since)
+			nc, js, err := connectJetStream(resultsNATS(*natsURL, fromFile), "edgeproc-tail", stderr)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			markets := make([]bridge.Config, len(cfgs))
+			for i, c := range cfgs {
+				markets[i] = bridge.Config{Market: c.Market, SubjectPrefix: c.NATS.SubjectPrefix, Stream: c.NATS.Stream}.Resolved()
+			}
+			t := &resultstream.Tail{Out: stdout, JSON: *asJSON, Max: *count, Printer: show.Printer{Color: isTerminal(stdout), ShowMarket: len(cfgs) > 1}}
+			return t.Run(ctx, js, markets, types, *since)
 		}
 	},
 }
@@ -118,238 +126,34 @@ func tailConfigs(markets, files []string, prefix string) ([]config.Config, error
 	return cfgs, errors.Join(errs...)
 }
 
-// resultsURL is the NATS URL results are read from: url if set, else
-// cfg's nats.url (cfg nil: none) unless it is embedded, else
-// defaults.NATSURL.
-func resultsURL(url string, cfg *config.Config) string {
-	switch {
-	case url != "":
-		return url
-	case cfg != nil && cfg.NATS.URL != service.Embedded:
-		return cfg.NATS.URL
+// resultsNATS is the NATS connection results are read with: cfg's nats
+// section (its URL, credentials and TLS; cfg nil: the defaults), the URL
+// replaced by url when set, or by defaults.NATSURL when cfg's is
+// embedded.
+func resultsNATS(url string, cfg *config.Config) config.NATS {
+	n := config.NATS{URL: defaults.NATSURL}
+	if cfg != nil && cfg.NATS.URL != service.Embedded {
+		n = cfg.NATS
 	}
-	return defaults.NATSURL
+	if url != "" {
+		n.URL = url
+	}
+	return n
 }
 
-// connectJetStream connects to the NATS server at url as client name
-// (reconnecting for as long as it runs) and returns its JetStream API.
-func connectJetStream(url, name string) (*nats.Conn, jetstream.JetStream, error) {
-	nc, err := nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1))
+// connectJetStream connects with n's options as run does (credentials,
+// TLS), as client name, failing at once with the cause when no server
+// answers; trouble after that is logged to stderr.
+func connectJetStream(n config.NATS, name string, stderr io.Writer) (*nats.Conn, jetstream.JetStream, error) {
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	nc, err := natsconn.Dial(n, name, log)
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect to nats %s: %w", url, err)
+		return nil, nil, err
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()
-		return nil, nil, fmt.Errorf("jetstream on %s: %w", url, err)
+		return nil, nil, fmt.Errorf("jetstream on %s: %w", n.URL, err)
 	}
 	return nc, js, nil
-}
-
-// tailer prints what it follows, one line at a time, from several
-// goroutines (one consumer and one watcher per market).
-type tailer struct {
-	out  io.Writer
-	json bool
-	p    show.Printer
-	max  int
-
-	wg sync.WaitGroup // the watchers' goroutines
-
-	mu      sync.Mutex
-	n       int
-	stopped bool          // run has returned: late callbacks print nothing
-	done    chan struct{} // closed when max lines are printed
-	close   sync.Once
-}
-
-func (t *tailer) run(ctx context.Context, url string, cfgs []config.Config, types []string, since time.Duration) error {
-	nc, js, err := connectJetStream(url, "edgeproc-tail")
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	t.done = make(chan struct{})
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var start time.Time
-	if since > 0 {
-		start = time.Now().Add(-since)
-	}
-	var stops []func()
-	defer func() {
-		cancel()
-		for _, stop := range stops {
-			stop()
-		}
-		t.wg.Wait()
-		t.mu.Lock()
-		t.stopped = true
-		t.mu.Unlock()
-	}()
-	for _, c := range cfgs {
-		bc := bridge.Config{Market: c.Market, SubjectPrefix: c.NATS.SubjectPrefix, Stream: c.NATS.Stream}.Resolved()
-		var subjects []string
-		for _, typ := range types {
-			if typ != "courier" {
-				subjects = append(subjects, bc.Subject(typ))
-			}
-		}
-		if len(subjects) > 0 {
-			stop, err := t.follow(ctx, js, bc, subjects, start)
-			if err != nil {
-				return err
-			}
-			stops = append(stops, stop)
-		}
-		if slices.Contains(types, "courier") {
-			stop, err := t.watch(ctx, js, bc, start)
-			if err != nil {
-				return err
-			}
-			stops = append(stops, stop)
-		}
-	}
-	select {
-	case <-ctx.Done():
-	case <-t.done:
-	}
-	return nil
-}
-
-// follow prints the market's results on subjects, from start (zero: from
-// now), with an ordered consumer: ephemeral, flow-controlled, restarted by
-// the library at the right sequence after a disconnection.
-func (t *tailer) follow(ctx context.Context, js jetstream.JetStream, bc bridge.Config, subjects []string, start time.Time) (func(), error) {
-	s, err := resultStream(ctx, js, bc)
-	if err != nil {
-		return nil, err
-	}
-	cons, err := orderedResults(ctx, s, bc, subjects, start)
-	if err != nil {
-		return nil, err
-	}
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		if !slices.Contains(subjects, m.Subject()) {
-			return // the server-side filter was wider (see serverFilter)
-		}
-		if t.json {
-			t.print(string(m.Data()))
-			return
-		}
-		r, err := show.Decode(m.Data())
-		if err != nil {
-			t.print(fmt.Sprintf("%s: %v: %q", m.Subject(), err, m.Data()))
-			return
-		}
-		t.print(t.p.Line(r))
-	})
-	if err != nil {
-		return nil, fmt.Errorf("market %s: consume %s: %w", bc.Market, bc.Stream, err)
-	}
-	return cc.Stop, nil
-}
-
-// resultStream returns the market's results stream.
-func resultStream(ctx context.Context, js jetstream.JetStream, bc bridge.Config) (jetstream.Stream, error) {
-	s, err := js.Stream(ctx, bc.Stream)
-	if err != nil {
-		return nil, fmt.Errorf("market %s: stream %s: %w (is edgeproc run up for this market?)", bc.Market, bc.Stream, err)
-	}
-	return s, nil
-}
-
-// orderedResults returns an ordered consumer of the market's stream s
-// from start (zero: from now) over at least subjects (see serverFilter:
-// the caller drops the other subjects).
-func orderedResults(ctx context.Context, s jetstream.Stream, bc bridge.Config, subjects []string, start time.Time) (jetstream.Consumer, error) {
-	occ := jetstream.OrderedConsumerConfig{FilterSubjects: serverFilter(bc, subjects), DeliverPolicy: jetstream.DeliverNewPolicy}
-	if !start.IsZero() {
-		occ.DeliverPolicy, occ.OptStartTime = jetstream.DeliverByStartTimePolicy, &start
-	}
-	cons, err := s.OrderedConsumer(ctx, occ)
-	if err != nil {
-		return nil, fmt.Errorf("market %s: consumer on %s: %w", bc.Market, bc.Stream, err)
-	}
-	return cons, nil
-}
-
-// serverFilter is the consumer filter for subjects that every NATS server
-// with JetStream accepts: one subject at most (several came with 2.10; Debian
-// ships 2.9). All of a market's subjects need none, the three dashboard
-// types are one wildcard, other sets are read whole and filtered here.
-func serverFilter(bc bridge.Config, subjects []string) []string {
-	dashboard := []string{bc.Subject(bridge.KindDistance), bc.Subject(bridge.KindNoSignal), bc.Subject(bridge.KindSignalRestored)}
-	switch {
-	case len(subjects) == 1:
-		return subjects
-	case len(subjects) == len(dashboard) && !slices.ContainsFunc(subjects, func(s string) bool { return !slices.Contains(dashboard, s) }):
-		return []string{bc.SubjectPrefix + ".dashboard." + bc.Market + ".>"}
-	}
-	return nil
-}
-
-// watch prints the market's courier states: with a start time, first
-// the current state of every courier updated since then.
-func (t *tailer) watch(ctx context.Context, js jetstream.JetStream, bc bridge.Config, start time.Time) (func(), error) {
-	kv, err := js.KeyValue(ctx, bc.KVBucket)
-	if err != nil {
-		return nil, fmt.Errorf("market %s: courier bucket %s: %w (is edgeproc run up for this market?)", bc.Market, bc.KVBucket, err)
-	}
-	var opts []jetstream.WatchOpt
-	if start.IsZero() {
-		opts = append(opts, jetstream.UpdatesOnly())
-	}
-	w, err := kv.WatchAll(ctx, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("market %s: watch %s: %w", bc.Market, bc.KVBucket, err)
-	}
-	t.wg.Add(1)
-	go func() {
-		defer t.wg.Done()
-		for {
-			var e jetstream.KeyValueEntry
-			var ok bool
-			select {
-			case <-ctx.Done():
-				return
-			case e, ok = <-w.Updates():
-				if !ok {
-					return
-				}
-			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut || (!start.IsZero() && e.Created().Before(start)) {
-				continue // nil: the current values are all delivered
-			}
-			var c bridge.CourierState
-			if err := json.Unmarshal(e.Value(), &c); err != nil {
-				t.print(fmt.Sprintf("%s: %s: %v", bc.KVBucket, e.Key(), err))
-				continue
-			}
-			if t.json {
-				line, _ := json.Marshal(struct {
-					Type   string `json:"type"`
-					Market string `json:"market"`
-					bridge.CourierState
-				}{"courier", bc.Market, c})
-				t.print(string(line))
-				continue
-			}
-			t.print(t.p.CourierLine(bc.Market, c))
-		}
-	}()
-	return func() { _ = w.Stop() }, nil
-}
-
-func (t *tailer) print(line string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.stopped || (t.max > 0 && t.n >= t.max) {
-		return
-	}
-	fmt.Fprintln(t.out, line)
-	t.n++
-	if t.max > 0 && t.n == t.max {
-		t.close.Do(func() { close(t.done) })
-	}
 }

@@ -136,26 +136,3 @@ func TestTail_NoStream(t *testing.T) {
 		t.Errorf("exit %d, stderr %q; want 1 and the missing stream named", code, errs)
 	}
 }
-
-// Every filter handed to the server is one subject at most: nats-server 2.9
-// (Debian's) refuses several.
-func TestServerFilter(t *testing.T) {
-	bc := bridge.Config{Market: "girona"}.Resolved()
-	sub := bc.Subject
-	tests := []struct {
-		subjects []string
-		want     string
-	}{
-		{[]string{sub(bridge.KindLate)}, "delivery.late.girona"},
-		{[]string{sub(bridge.KindDistance), sub(bridge.KindNoSignal), sub(bridge.KindSignalRestored)}, "delivery.dashboard.girona.>"},
-		{[]string{sub(bridge.KindSignalRestored), sub(bridge.KindDistance), sub(bridge.KindNoSignal)}, "delivery.dashboard.girona.>"},
-		{[]string{sub(bridge.KindDistance), sub(bridge.KindLate)}, ""},
-		{[]string{sub(bridge.KindDistance), sub(bridge.KindNoSignal), sub(bridge.KindLate)}, ""},
-	}
-	for _, tt := range tests {
-		got := serverFilter(bc, tt.subjects)
-		if len(got) > 1 || strings.Join(got, "") != tt.want {
-			t.Errorf("serverFilter(%v) = %v, want %q", tt.subjects, got, tt.want)
-		}
-	}
-}

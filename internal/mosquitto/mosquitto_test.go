@@ -7,6 +7,10 @@ import (
 )
 
 func TestBroker_Config(t *testing.T) {
+	// testenv.SkipShort's rule; testenv imports this package.
+	if testing.Short() {
+		t.Skip("-short: skips integration tests (this one starts a Mosquitto broker); run without -short (scripts/test.sh) for them")
+	}
 	m, err := Start("", t.TempDir(), 4096)
 	if err != nil {
 		t.Fatal(err)

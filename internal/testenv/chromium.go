@@ -30,6 +30,7 @@ type Browser struct {
 // not skipped) when chromium is not installed.
 func StartChromium(tb testing.TB, width, height int) *Browser {
 	tb.Helper()
+	SkipShort(tb, "a headless Chromium")
 	path, err := exec.LookPath("chromium")
 	if err != nil {
 		tb.Fatalf("chromium not found (scripts/test.sh installs Debian's chromium): %v", err)

@@ -55,6 +55,7 @@ type ClusterConfig struct {
 // shut down when the test ends.
 func StartCluster(tb testing.TB, cfg ClusterConfig) *Cluster {
 	tb.Helper()
+	SkipShort(tb, "a NATS cluster")
 	if cfg.Nodes <= 0 {
 		cfg.Nodes = 3
 	}

@@ -29,6 +29,7 @@ type Mosquitto struct {
 // stopped when the test ends; its log is printed if the test failed.
 func StartMosquitto(tb testing.TB) *Mosquitto {
 	tb.Helper()
+	SkipShort(tb, "a Mosquitto broker")
 	b, err := mosquitto.Start(MosquittoBinary, tb.TempDir(), 64<<10)
 	if err != nil {
 		tb.Fatal(err)

@@ -34,6 +34,7 @@ type NATS struct {
 // It is shut down when the test ends.
 func StartNATS(tb testing.TB) *NATS {
 	tb.Helper()
+	SkipShort(tb, "a NATS server")
 	n := &NATS{tb: tb, storeDir: tb.TempDir(), port: -1}
 	n.start()
 	tb.Cleanup(n.Shutdown)

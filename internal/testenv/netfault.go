@@ -42,8 +42,8 @@ const netFaultsPrefix = "edgeproc_test_"
 var netFaultsSeq atomic.Int64
 
 // StartNetFaults creates the test's table, with no rule yet. Without root
-// the test is skipped with the reason (as Tmpfs does); without nft it
-// fails with the command that installs it.
+// or without nft the test fails, saying what is missing (as Tmpfs does);
+// under -short it is skipped.
 func StartNetFaults(tb testing.TB) *NetFaults {
 	tb.Helper()
 	return startNetFaults(tb, fmt.Sprintf("%s%d_%d", netFaultsPrefix, os.Getpid(), netFaultsSeq.Add(1)))
@@ -63,11 +63,12 @@ func nftBinary() (string, error) {
 
 func startNetFaults(tb testing.TB, table string) *NetFaults {
 	tb.Helper()
+	SkipShort(tb, "nftables rules (as root)")
 	if runtime.GOOS != "linux" {
-		tb.Skipf("nftables needs Linux, this is %s", runtime.GOOS)
+		tb.Fatalf("nftables needs Linux, this is %s (go test -short skips the tests that need it)", runtime.GOOS)
 	}
 	if os.Geteuid() != 0 {
-		tb.Skip("network faults (nftables rules) need root (CI runs as root, so they run there)")
+		tb.Fatal("network faults (nftables rules) need root: run the tests as root (scripts/test.sh in CI does), or go test -short to skip them")
 	}
 	if _, err := nftBinary(); err != nil {
 		tb.Fatal(err)

@@ -245,12 +245,13 @@ func TestNetFault_CutResetsBothSides(t *testing.T) {
 // stale table of the same name (rules and all) is replaced, and that a
 // dead process's table is removed while a live one's is left alone.
 func TestNetFault_TablesRemoved(t *testing.T) {
+	SkipShort(t, "nftables rules (as root)")
 	bin, err := nftBinary()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if os.Geteuid() != 0 {
-		t.Skip("nftables needs root")
+		t.Fatal("nftables needs root: run as root, or go test -short to skip this test")
 	}
 	nftRun := func(args ...string) error {
 		out, err := exec.Command(bin, args...).CombinedOutput()

@@ -19,6 +19,7 @@ import (
 // tb and returns its path (the build cache makes a second build cheap).
 func BuildEdgeproc(tb testing.TB) string {
 	tb.Helper()
+	SkipShort(tb, "the edgeproc binary as a process")
 	bin := filepath.Join(tb.TempDir(), "edgeproc")
 	cmd := exec.Command("go", "build", "-o", bin, "github.com/km0/edgeproc/cmd/edgeproc")
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -52,6 +53,7 @@ type Proc struct {
 // StartProc starts bin with args; name labels its logs.
 func StartProc(tb testing.TB, name, bin string, args ...string) *Proc {
 	tb.Helper()
+	SkipShort(tb, "a process ("+name+")")
 	p := &Proc{Name: name, cmd: exec.Command(bin, args...), done: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = (*procLog)(p), (*procLog)(p)
 	if err := p.cmd.Start(); err != nil {

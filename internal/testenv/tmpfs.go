@@ -10,15 +10,16 @@ import (
 
 // Tmpfs mounts a tmpfs of size (mount's syntax, e.g. "2m") on a new
 // temporary dir, for tests of a full disk, and unmounts it at cleanup. It
-// needs root on Linux: CI runs as root, so there the test always runs; a
-// developer without root gets a skip that says why.
+// needs root on Linux: without it the test fails, saying so; under -short
+// (the fast loop) it is skipped.
 func Tmpfs(tb testing.TB, size string) string {
 	tb.Helper()
+	SkipShort(tb, "a tmpfs (as root)")
 	if runtime.GOOS != "linux" {
-		tb.Skipf("a tmpfs needs Linux, this is %s", runtime.GOOS)
+		tb.Fatalf("a tmpfs needs Linux, this is %s (go test -short skips the tests that need it)", runtime.GOOS)
 	}
 	if os.Geteuid() != 0 {
-		tb.Skip("mounting a tmpfs needs root (CI runs as root, so it runs there)")
+		tb.Fatal("mounting a tmpfs needs root: run the tests as root (scripts/test.sh in CI does), or go test -short to skip them")
 	}
 	if _, err := exec.LookPath("mount"); err != nil {
 		tb.Fatalf("running as root on Linux but no mount command: %v", err)
