@@ -34,6 +34,7 @@ import (
 	"github.com/km0/edgeproc/board"
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/defaults"
+	"github.com/km0/edgeproc/internal/natsconn"
 	"github.com/km0/edgeproc/metrics"
 )
 
@@ -215,6 +216,9 @@ func (m *Market) NotReady() string {
 		return "dead: " + err.Error()
 	}
 	if p := *m.phase.Load(); p != phaseRunning {
+		if why := natsconn.Why(m.sink.nc); why != "" {
+			p += ": cannot connect to " + why
+		}
 		return p
 	}
 	if r := m.sink.ready(); r != "" {

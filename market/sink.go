@@ -11,6 +11,7 @@ import (
 
 	"github.com/km0/edgeproc/board"
 	"github.com/km0/edgeproc/bridge"
+	"github.com/km0/edgeproc/internal/natsconn"
 	"github.com/km0/edgeproc/internal/ratelog"
 	"github.com/km0/edgeproc/metrics"
 	"github.com/km0/edgeproc/output"
@@ -65,6 +66,12 @@ func (s *Sink) open(ctx context.Context) (bool, error) {
 		if err == nil {
 			s.out = output.New(br, s.board)
 			s.br.Store(br)
+			return nil
+		}
+		if why := natsconn.Why(s.nc); why != "" {
+			// The attempt's own error is a timeout; the cause is the
+			// connection's.
+			err = fmt.Errorf("%w (cannot connect to %s)", err, why)
 		}
 		return err
 	}, bridge.Refused)
@@ -119,9 +126,12 @@ func (s *Sink) close(ctx context.Context) error {
 // ready says why results cannot be delivered now, or "" when they can.
 func (s *Sink) ready() string {
 	br := s.br.Load()
+	if why := natsconn.Why(s.nc); why != "" {
+		return "nats: cannot connect to " + why
+	}
 	switch {
 	case br == nil:
-		return "nats: stream not created yet"
+		return "nats: stream " + s.cfg.Stream + " not created yet"
 	case !br.Connected():
 		return "nats: not connected"
 	case !br.StreamReady():

@@ -353,3 +353,35 @@ func TestRun_RefusesBadSetups(t *testing.T) {
 		})
 	}
 }
+
+// TestRun_NATSAbsentSaysWhy starts a market whose NATS server is not
+// there: the log names the URL and the dial error at once, and /readyz
+// says the same, not a bare timeout.
+func TestRun_NATSAbsentSaysWhy(t *testing.T) {
+	mosq := testenv.StartMosquitto(t)
+	natsURL := "nats://" + testenv.FreeAddr(t) // nothing listens there
+	cfg := mustConfig(t, "girona", mosq.URL(), natsURL)
+	var logs lockedBuffer
+	start := time.Now()
+	svc := startService(t, []config.Config{cfg}, service.Deps{Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	base := "http://" + (<-svc.addr).String()
+	var body string
+	testenv.WaitFor(t, 20*time.Second, "/readyz naming the cause", func() bool {
+		resp, err := http.Get(base + "/readyz")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		body = string(b)
+		return resp.StatusCode == http.StatusServiceUnavailable && strings.Contains(body, natsURL) && strings.Contains(body, "connection refused")
+	})
+	t.Logf("after %v: /readyz %q", time.Since(start).Round(time.Millisecond), strings.TrimSpace(body))
+	testenv.WaitFor(t, 20*time.Second, "a log line naming the URL and the dial error", func() bool {
+		l := logs.String()
+		return strings.Contains(l, natsURL) && strings.Contains(l, "connection refused")
+	})
+	if n := strings.Count(logs.String(), "nats: cannot connect"); n > 3 {
+		t.Errorf("%d connection warnings in %v, want them rate-limited:\n%s", n, time.Since(start).Round(time.Millisecond), logs.String())
+	}
+}

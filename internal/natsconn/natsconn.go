@@ -58,6 +58,11 @@ func Connect(n config.NATS, name string, log *slog.Logger) (*nats.Conn, error) {
 		return nil, fmt.Errorf("connect to nats %s: %w", n.URL, err)
 	}
 	r.start(nc)
+	reporters.Store(nc, r)
+	go func() {
+		<-r.closed
+		reporters.Delete(nc)
+	}()
 	return nc, nil
 }
 
@@ -137,6 +142,32 @@ type reporter struct {
 
 	mu      sync.Mutex
 	lastErr error // the last dial error
+	why     error // the last trouble of any kind, for Why
+}
+
+// reporters holds the reporter of every connection Connect opened, for
+// Why: a market's readiness says why its connection is down.
+var reporters sync.Map // *nats.Conn → *reporter
+
+// Why says, for a connection Connect opened that is not connected now,
+// the URL and the cause of the last failed attempt ("nats://h:4222:
+// dial tcp 127.0.0.1:4222: connect: connection refused"); "" when it is
+// connected, or when nothing failed yet.
+func Why(nc *nats.Conn) string {
+	if nc == nil || nc.IsConnected() {
+		return ""
+	}
+	v, ok := reporters.Load(nc)
+	if !ok {
+		return ""
+	}
+	r := v.(*reporter)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.why == nil {
+		return ""
+	}
+	return r.url + ": " + r.why.Error()
 }
 
 func newReporter(url string, log *slog.Logger, loud bool) *reporter {
@@ -239,6 +270,9 @@ func (r *reporter) trouble(server string, err error) {
 	if !r.loud.Load() {
 		return
 	}
+	r.mu.Lock()
+	r.why = err
+	r.mu.Unlock()
 	ok, held := r.limit.Allow()
 	r.troubled.Store(true)
 	if !ok {
