@@ -67,6 +67,7 @@ import (
 	"time"
 
 	"github.com/km0/edgeproc/internal/backoff"
+	"github.com/km0/edgeproc/internal/ratelog"
 )
 
 // Stats is a snapshot of a Source's counters. Counters only grow.
@@ -118,6 +119,11 @@ type Source struct {
 	// ctx ends when Close is called or the context given to Start ends.
 	ctx  context.Context
 	done chan struct{} // closed when run returns
+
+	// connLog rate-limits the warnings of a broker that cannot be
+	// reached: the first at once, then one per doubling step with the
+	// count held back, until a connection is up again.
+	connLog ratelog.Backoff
 
 	subs sync.WaitGroup // subscribe goroutines, one per connection
 	// gen is bumped when a connection comes up and when it goes down; subGen
@@ -184,6 +190,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, handle func(*Messa
 		dialer:   dialer(cfg.ConnectTimeout, cfg.AckInterval, tc),
 		done:     make(chan struct{}),
 		handling: make(chan struct{}, 1),
+		connLog:  ratelog.Backoff{Min: time.Second, Max: time.Minute},
 	}
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	go s.run()
@@ -213,7 +220,13 @@ func (s *Source) run() {
 		c, err := s.dial(s.ctx)
 		if err != nil {
 			if s.ctx.Err() == nil {
-				s.log.Warn("mqtt connect failed", "err", err)
+				if ok, held := s.connLog.Allow(); ok {
+					attrs := []any{"err", err}
+					if held > 0 {
+						attrs = append(attrs, "suppressed", held)
+					}
+					s.log.Warn("mqtt: cannot connect to the broker", attrs...)
+				}
 			}
 			continue
 		}
@@ -243,6 +256,9 @@ func (s *Source) up(c *client) bool {
 		return false
 	}
 	s.cur.Store(c)
+	if held := s.connLog.Reset(); held > 0 {
+		s.log.Info("mqtt connected after failed attempts", "suppressed", held)
+	}
 	n := s.connects.Add(1)
 	gen := s.gen.Add(1)
 	switch {

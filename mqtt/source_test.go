@@ -4,8 +4,12 @@ package mqtt
 // owns its broker, so they run in parallel.
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
+	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -399,4 +403,61 @@ func TestSource_AckedAfterTheDropIsNotHandedOnAgain(t *testing.T) {
 	if n := rec.len(); n != 35 {
 		t.Errorf("after a second restart got %d messages in all, want 35: something acked was redelivered", n)
 	}
+}
+
+// TestSource_UnreachableBrokerLogsRateLimited: a broker that closes every
+// connection before CONNACK makes the source retry about twice a second;
+// the warnings name the cause and come at once, then one per doubling
+// step with the count held back, not one per attempt.
+func TestSource_UnreachableBrokerLogsRateLimited(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var attempts atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			attempts.Add(1)
+			c.Close()
+		}
+	}()
+	var logs lockedLog
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, err := Start(ctx, testConfig("mqtt://"+ln.Addr().String(), "unreachable"), slog.New(slog.NewTextHandler(&logs, nil)), func(*Message) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	testenv.WaitFor(t, 60*time.Second, "12 connection attempts", func() bool { return attempts.Load() >= 12 })
+	warnings := strings.Count(logs.String(), "mqtt: cannot connect to the broker")
+	if warnings < 1 || warnings > 4 {
+		t.Errorf("%d warnings for %d attempts, want the first and then about one per doubling second:\n%s", warnings, attempts.Load(), logs.String())
+	}
+	if !strings.Contains(logs.String(), "suppressed=") {
+		t.Errorf("no warning says how many were held back:\n%s", logs.String())
+	}
+}
+
+// lockedLog is a log sink safe for the source's goroutines.
+type lockedLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
