@@ -98,6 +98,10 @@ var (
 	// ErrCorrupt is returned for a checkpoint file that is not one, is
 	// truncated, or fails its CRC.
 	ErrCorrupt = errors.New("corrupt checkpoint")
+	// ErrMissing is reported (Load's skipped) for a checkpoint an
+	// incremental one builds on that is not in the directory: the state
+	// is restored from before it, and the log replayed from there.
+	ErrMissing = errors.New("checkpoint missing")
 )
 
 // Checkpoint is one checkpoint as read or written.
@@ -503,7 +507,7 @@ func (s *Dir) chain(tag uint64, skipped []error) ([]Checkpoint, []error, error) 
 	for {
 		d, ok := next[tag]
 		if !ok {
-			return chain, skipped, nil
+			return chain, s.missing(ds, tag, skipped), nil
 		}
 		c, err := Read(s.deltaPath(d.tag, d.base))
 		if err == nil && c.Tag != d.tag {
@@ -515,6 +519,29 @@ func (s *Dir) chain(tag uint64, skipped []error) ([]Checkpoint, []error, error) 
 		chain = append(chain, c)
 		tag = d.tag
 	}
+}
+
+// missing reports each incremental checkpoint newer than end, the last
+// one restored, that builds on a checkpoint the directory does not hold
+// (a whole one or a delta deleted, lost with a disk): what was restored
+// is older than what was written, and says so.
+func (s *Dir) missing(ds []deltaFile, end uint64, skipped []error) []error {
+	have := map[uint64]bool{}
+	if tags, err := s.tags(); err == nil {
+		for _, t := range tags {
+			have[t] = true
+		}
+	}
+	for _, d := range ds {
+		have[d.tag] = true
+	}
+	for _, d := range ds {
+		if d.tag > end && d.base != end && !have[d.base] {
+			skipped = append(skipped, fmt.Errorf("incremental checkpoint %s: %w: it builds on checkpoint %d, which is not in %s; restored up to %d, the log replays from there",
+				s.deltaPath(d.tag, d.base), ErrMissing, d.base, s.dir, end))
+		}
+	}
+	return skipped
 }
 
 // Newest is Load on the checkpoint directory dir without opening it for

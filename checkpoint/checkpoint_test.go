@@ -456,6 +456,7 @@ func TestDir_DeltaChains(t *testing.T) {
 	if c, skipped := load(); chain(c) != "40:w40 50:d50" || len(skipped) != 1 {
 		t.Fatalf("with 60 damaged: chain %q, skipped %v", chain(c), skipped)
 	}
+
 }
 
 // Newest reads what Load reads, and changes nothing: no directory made, no
@@ -496,5 +497,56 @@ func TestNewest_ReadsWithoutChanging(t *testing.T) {
 	}
 	if st, err := os.Stat(dir); err != nil || st.Mode().Perm() != 0o750 {
 		t.Errorf("dir mode %v (%v), want 0750 left", st.Mode().Perm(), err)
+	}
+}
+
+// TestDir_MissingCheckpointsAreReported: a checkpoint an incremental one
+// builds on, deleted or lost, is reported (ErrMissing) with what was
+// restored instead, not passed over in silence.
+func TestDir_MissingCheckpointsAreReported(t *testing.T) {
+	s := mustStore(t)
+	delta := func(base, tag uint64) {
+		t.Helper()
+		if _, err := s.WriteDelta(base, tag, []byte(fmt.Sprintf("d%d", tag))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	load := func() (string, []error) {
+		t.Helper()
+		c, ok, skipped, err := s.Load()
+		if err != nil || !ok {
+			t.Fatalf("Load: %v, ok %v", err, ok)
+		}
+		out := fmt.Sprint(c.Tag, ":", string(c.Snapshot))
+		for _, d := range c.Deltas {
+			out += fmt.Sprint(" ", d.Tag, ":", string(d.Snapshot))
+		}
+		return out, skipped
+	}
+	mustWrite(t, s, 40, []byte("w40"))
+	delta(40, 50)
+	// A whole checkpoint missing: the deltas on it say so.
+	mustWrite(t, s, 80, []byte("w80"))
+	delta(80, 90)
+	delta(90, 95)
+	if err := os.Remove(s.path(80)); err != nil {
+		t.Fatal(err)
+	}
+	chain, skipped := load()
+	if chain != "40:w40 50:d50" || len(skipped) != 1 || !errors.Is(skipped[0], ErrMissing) || !strings.Contains(skipped[0].Error(), "builds on checkpoint 80") {
+		t.Fatalf("with 80 missing: chain %q, skipped %v", chain, skipped)
+	}
+	// A delta missing in the middle of a chain: restored up to the one
+	// before it.
+	mustWrite(t, s, 100, []byte("w100"))
+	delta(100, 110)
+	delta(110, 120)
+	delta(120, 130)
+	if err := os.Remove(s.deltaPath(120, 110)); err != nil {
+		t.Fatal(err)
+	}
+	chain, skipped = load()
+	if chain != "100:w100 110:d110" || len(skipped) != 1 || !errors.Is(skipped[0], ErrMissing) || !strings.Contains(skipped[0].Error(), "restored up to 110") {
+		t.Fatalf("with delta 120 missing: chain %q, skipped %v", chain, skipped)
 	}
 }

@@ -63,15 +63,19 @@ type localStore struct {
 // damaged and passed over.
 func (s *localStore) Load(context.Context) (checkpoint.Point, bool, error) {
 	c, ok, skipped, err := s.dir.Load()
-	for _, e := range skipped {
-		s.log.Warn("skipping a damaged checkpoint; falling back to the previous one", "err", e)
-	}
 	p := checkpoint.Point{Tag: c.Last(), Snapshot: c.Snapshot, Name: c.Path}
 	for _, d := range c.Deltas {
 		p.Deltas = append(p.Deltas, d.Snapshot)
 	}
 	if len(p.Deltas) > 0 {
 		p.Name = fmt.Sprintf("%s and %d incremental checkpoints to %d", c.Path, len(p.Deltas), p.Tag)
+	}
+	from := p.Name
+	if !ok {
+		from = "no checkpoint: the whole log"
+	}
+	for _, e := range skipped {
+		s.log.Warn("a checkpoint is damaged or missing; restoring from an older one and replaying the log after it", "err", e, "restored_from", from)
 	}
 	return p, ok, err
 }
