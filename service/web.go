@@ -5,8 +5,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"sync"
+	"time"
 
 	"github.com/prometheus/exporter-toolkit/web"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/km0/edgeproc/config"
 )
@@ -37,11 +41,86 @@ func CheckWebConfig(cfgs []config.Config) error {
 // config serves courier positions to whoever reaches it: that is warned
 // about.
 func serveWeb(srv *http.Server, ln net.Listener, path string, log *slog.Logger) error {
-	if path == "" {
-		if a, ok := ln.Addr().(*net.TCPAddr); ok && !a.IP.IsLoopback() {
-			log.Warn("http listener is not on loopback and has no http.web_config: /board/, /metrics and the health endpoints are open to whoever reaches it, without TLS",
-				"addr", ln.Addr().String())
+	open := false
+	if a, ok := ln.Addr().(*net.TCPAddr); ok && !a.IP.IsLoopback() {
+		open = true
+	}
+	switch {
+	case path == "" && open:
+		log.Warn("http listener is not on loopback and has no http.web_config: /board/, /metrics and the health endpoints are open to whoever reaches it, without TLS",
+			"addr", ln.Addr().String())
+	case path != "":
+		if open {
+			warnOpenWebConfig(path, ln.Addr().String(), log)
 		}
+		stop := watchWebConfig(path, webConfigEvery, log)
+		srv.RegisterOnShutdown(stop)
+		defer stop()
 	}
 	return web.Serve(ln, srv, &web.FlagConfig{WebConfigFile: &path}, log)
+}
+
+// warnOpenWebConfig warns when a web config guarding a listener off
+// loopback leaves it open: no basic_auth_users (every endpoint served to
+// anyone), or no TLS (passwords and positions in clear).
+func warnOpenWebConfig(path, addr string, log *slog.Logger) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return // CheckWebConfig read it; a file gone now is watchWebConfig's to report
+	}
+	var wc struct {
+		TLS   map[string]any    `yaml:"tls_server_config"`
+		Users map[string]string `yaml:"basic_auth_users"`
+	}
+	if yaml.Unmarshal(b, &wc) != nil {
+		return
+	}
+	if len(wc.Users) == 0 {
+		log.Warn("http.web_config has no basic_auth_users: /board/, /metrics and the health endpoints of a listener off loopback are open to whoever reaches it",
+			"web_config", path, "addr", addr)
+	}
+	if len(wc.TLS) == 0 {
+		log.Warn("http.web_config has no tls_server_config: a listener off loopback serves passwords and courier positions in clear",
+			"web_config", path, "addr", addr)
+	}
+}
+
+// webConfigEvery is how often the web config file is checked while the
+// listener serves: it is read again at every request and handshake, and
+// one that stops loading fails them all.
+const webConfigEvery = 5 * time.Second
+
+// watchWebConfig checks the web config file every d until the returned
+// stop is called: once it no longer loads, every request and TLS
+// handshake fails closed (the exporter toolkit's rule), so it says so at
+// ERROR with the cause, and again when the file loads once more.
+func watchWebConfig(path string, d time.Duration, log *slog.Logger) (stop func()) {
+	done := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(d)
+		defer t.Stop()
+		var broken bool
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			switch err := web.Validate(path); {
+			case err != nil && !broken:
+				broken = true
+				log.Error("http.web_config no longer loads: every request and TLS handshake of its listener fails until it is fixed", "web_config", path, "err", err)
+			case err == nil && broken:
+				broken = false
+				log.Info("http.web_config loads again", "web_config", path)
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() { close(done) })
+		<-exited
+	}
 }
