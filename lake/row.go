@@ -2,7 +2,6 @@ package lake
 
 import (
 	"math"
-	"unsafe"
 
 	"github.com/parquet-go/parquet-go"
 )
@@ -54,16 +53,3 @@ const RowCost = 8 + 5*8 + 1 + 4
 
 // noAccuracy marks a null accuracy_m in a batch.
 var noAccuracy = math.NaN()
-
-// toRow fills r from fr; r.Courier aliases fr.Courier, valid while fr
-// is.
-func toRow(fr *fileRow, r *Row) {
-	r.Courier = unsafe.Slice(unsafe.StringData(fr.Courier), len(fr.Courier))
-	r.TimestampMs, r.ArrivalMs, r.Lat, r.Lon = fr.TimestampMs, fr.ArrivalMs, fr.Lat, fr.Lon
-	r.HasAccuracy = fr.AccuracyM != nil
-	r.AccuracyM = 0
-	if r.HasAccuracy {
-		r.AccuracyM = *fr.AccuracyM
-	}
-	r.LateDistance, r.LateSession = fr.LateDistance, fr.LateSession
-}

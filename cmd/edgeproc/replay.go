@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/engine"
+	"github.com/km0/edgeproc/lake"
 	"github.com/km0/edgeproc/replay"
 )
 
@@ -22,16 +24,23 @@ const progressMin = 32 << 20
 var replayCommand = &command{
 	name:    "replay",
 	args:    "--config FILE [--in FILE|-] [--out FILE|-] [--shards N]",
-	summary: "process a JSONL file of positions, write JSONL results",
+	summary: "process a JSONL file of positions (or the lake's Parquet files), write JSONL results",
 	help: `Runs the engine over a file: each input line is a position (with an
 optional arrival_ms, the processing time it arrived at), each output line
 a result or a rejected input, exactly as the live service publishes them
 (docs/reference.md). At the end everything still open fires. A summary
-goes to stderr. --shards changes the parallelism, never the output.`,
-	example: "edgeproc replay --config testdata/worked.yaml --in testdata/worked.jsonl",
+goes to stderr. --shards changes the parallelism, never the output.
+
+--in may also name the lake's Parquet files (docs/lake.md): a folder
+(lake/positions/market=M/date=D, or any folder above), a glob (quote it:
+'lake/positions/market=M/date=2026-12-*') or .parquet files. Their rows
+are replayed in arrival order (arrival_ms; ties by file name, then row),
+as a JSONL file of the same positions with the same arrival_ms would be.`,
+	example: `edgeproc replay --config testdata/worked.yaml --in testdata/worked.jsonl
+edgeproc replay --config girona.yaml --in /var/lib/edgeproc/lake/positions/market=girona/date=2026-12-03`,
 	setup: func(fs *flag.FlagSet) runFunc {
 		cfgPath := fs.String("config", "", "market configuration `FILE` (required)")
-		inPath := fs.String("in", "-", "input JSONL `FILE`, - for stdin")
+		inPath := fs.String("in", "-", "input JSONL `FILE`, - for stdin; or a lake folder, a glob or a .parquet file")
 		outPath := fs.String("out", "-", "output JSONL `FILE`, - for stdout")
 		shards := fs.Int("shards", 0, "shard goroutines (default: number of CPUs); results do not depend on it")
 		return func(_ context.Context, args []string, stdout, stderr io.Writer) error {
@@ -48,6 +57,9 @@ func replayFile(cfgPath, inPath, outPath string, shards int, stdout, stderr io.W
 	if err != nil {
 		return err
 	}
+	if isLakeInput(inPath) {
+		return replayLake(cfg, inPath, outPath, shards, stdout, stderr)
+	}
 	in, closeIn, err := openReplayInput(inPath, stderr)
 	if err != nil {
 		return err
@@ -63,6 +75,46 @@ func replayFile(cfgPath, inPath, outPath string, shards int, stdout, stderr io.W
 		out = outFile
 	}
 	err = replayResults(cfg, shards, in, out, stderr)
+	if outFile != nil {
+		err = errors.Join(err, outFile.Close())
+	}
+	return err
+}
+
+// isLakeInput reports whether a replay's --in names Parquet input: a
+// folder, a glob or a .parquet file.
+func isLakeInput(path string) bool {
+	if path == "-" {
+		return false
+	}
+	if strings.ContainsAny(path, "*?[") || strings.HasSuffix(path, ".parquet") {
+		return true
+	}
+	st, err := os.Stat(path)
+	return err == nil && st.IsDir()
+}
+
+// replayLake replays the lake's Parquet files named by in.
+func replayLake(cfg config.Config, in, outPath string, shards int, stdout, stderr io.Writer) error {
+	files, err := lake.Files(in)
+	if err != nil {
+		return fmt.Errorf("input: %w", err)
+	}
+	if len(files) == 0 {
+		return fmt.Errorf("input: no .parquet file in %s", in)
+	}
+	var out io.Writer = stdout
+	var outFile *os.File
+	if outPath != "-" {
+		if outFile, err = os.Create(outPath); err != nil {
+			return fmt.Errorf("output: %w", err)
+		}
+		out = outFile
+	}
+	ecfg := engine.ConfigFrom(cfg)
+	ecfg.Shards = shards
+	sum, err := replay.RunLake(ecfg, files, out)
+	fmt.Fprintln(stderr, sum)
 	if outFile != nil {
 		err = errors.Join(err, outFile.Close())
 	}
