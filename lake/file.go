@@ -23,6 +23,15 @@ func writerOptions(rowGroupRows int) []parquet.WriterOption {
 	}
 }
 
+// WriteFileAtomic writes a file at path through fill as the lake writes
+// its own: see writeAtomic. `edgeproc daily` writes its tables with it.
+func WriteFileAtomic(path string, fill func(w io.Writer) error) (int64, error) {
+	if err := mkdirSynced(filepath.Dir(path)); err != nil {
+		return 0, fmt.Errorf("create %s: %w", filepath.Dir(path), err)
+	}
+	return writeAtomic(path, fill)
+}
+
 // writeAtomic writes a file at path through fill: under a temporary name
 // in the same folder, fsynced, renamed over path, the folder fsynced.
 // Whatever happens, no partial file is left under path's name; a
