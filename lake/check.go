@@ -7,26 +7,43 @@ import (
 	"path/filepath"
 )
 
-// CheckDir makes sure lake.dir can be written: it creates the folder if
-// needed and writes, fsyncs and removes a probe file there. Its error
-// names the path and the reason ("permission denied", "read-only file
-// system", "no space left on device"). The service calls it at start and
-// `edgeproc check-config` too.
+// CheckDir tells whether lake.dir can be written, leaving nothing behind:
+// it writes, fsyncs and removes a probe file in dir, or, when dir does
+// not exist yet, in its nearest existing parent (where Open would create
+// it). Its error names the path and the reason ("permission denied",
+// "read-only file system", "no space left on device", "not a
+// directory"). The service calls it at start, and `edgeproc
+// check-config` and `run` check every market's. An empty dir (no lake)
+// passes.
 func CheckDir(dir string) error {
 	if dir == "" {
 		return nil
 	}
 	fail := func(err error) error {
-		var pe *os.PathError
-		if errors.As(err, &pe) {
+		if pe, ok := errors.AsType[*os.PathError](err); ok {
 			err = pe.Err
 		}
 		return fmt.Errorf("lake.dir %s cannot be written: %w", dir, err)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fail(err)
+	at := dir
+	for {
+		st, err := os.Stat(at)
+		if err == nil {
+			if !st.IsDir() {
+				return fail(fmt.Errorf("%s is not a directory", at))
+			}
+			break
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			return fail(err)
+		}
+		parent := filepath.Dir(at)
+		if parent == at {
+			return fail(err)
+		}
+		at = parent
 	}
-	f, err := os.CreateTemp(dir, ".probe-*")
+	f, err := os.CreateTemp(at, ".edgeproc-lake-probe-*")
 	if err != nil {
 		return fail(err)
 	}
@@ -39,11 +56,11 @@ func CheckDir(dir string) error {
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil {
-		err = syncDir(filepath.Dir(name))
-	}
 	if err != nil {
 		return fail(err)
 	}
-	return os.Remove(name)
+	if err := os.Remove(name); err != nil {
+		return fail(err)
+	}
+	return nil
 }

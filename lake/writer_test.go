@@ -504,8 +504,11 @@ func TestWriter_RefusesWhenTwoBatchesWait(t *testing.T) {
 
 func TestCheckDir(t *testing.T) {
 	dir := t.TempDir()
-	if err := lake.CheckDir(filepath.Join(dir, "lake")); err != nil {
-		t.Errorf("a new folder: %v", err)
+	if err := lake.CheckDir(filepath.Join(dir, "lake", "a")); err != nil {
+		t.Errorf("a folder to be created: %v", err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("CheckDir left %v behind", ents)
 	}
 	file := filepath.Join(dir, "file")
 	os.WriteFile(file, nil, 0o644)

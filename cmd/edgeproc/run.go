@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/km0/edgeproc/config"
+	"github.com/km0/edgeproc/lake"
 	"github.com/km0/edgeproc/service"
 )
 
@@ -81,6 +82,14 @@ func loadConfigs(files []string) ([]config.Config, []string, error) {
 		return nil, nil, err
 	}
 	if err := service.CheckWebConfig(cfgs); err != nil {
+		return nil, nil, err
+	}
+	for i, c := range cfgs {
+		if err := lake.CheckDir(c.Lake.Dir); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", files[i], err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
 		return nil, nil, err
 	}
 	return cfgs, config.Warnings(cfgs), nil
