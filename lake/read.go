@@ -161,7 +161,7 @@ func (f *File) scanArrivals(fn func(vs []int64)) error {
 				n, err := r.ReadInt64s(buf)
 				fn(buf[:n])
 				total += int64(n)
-				if errors.Is(err, io.EOF) {
+				if errors.Is(err, io.EOF) || n == 0 && err == nil {
 					break
 				}
 				if err != nil {

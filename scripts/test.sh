@@ -41,8 +41,12 @@ unit=$(mktemp -d)
 trap 'rm -rf "$unit"' EXIT
 go build -o "$unit/edgeproc" ./cmd/edgeproc
 # verify needs ExecStart's binary to exist: point it at the one just built.
-sed "s#/usr/local/bin/edgeproc#$unit/edgeproc#g" deploy/systemd/edgeproc.service >"$unit/edgeproc.service"
-systemd-analyze verify "$unit/edgeproc.service"
+# The daily timer is verified with its service beside it.
+units="edgeproc.service edgeproc-daily.service edgeproc-daily.timer"
+for u in $units; do
+	sed "s#/usr/local/bin/edgeproc#$unit/edgeproc#g" "deploy/systemd/$u" >"$unit/$u"
+done
+(cd "$unit" && systemd-analyze verify $units)
 "$unit/edgeproc" check-config examples/girona.yaml examples/valencia.yaml
 # The tests start their own brokers on free loopback ports: the machine's
 # own Mosquitto (if any) is left alone, never stopped or reconfigured.
@@ -80,5 +84,6 @@ fuzz ./board FuzzEncodeDecode
 fuzz ./mqtt FuzzDecodePublish
 fuzz ./bridge FuzzCourierKey
 fuzz ./bridge FuzzAppendCourierState
+fuzz ./lake FuzzReadFile
 # An execution fills a polygon with H3 (~2 ms): fewer of them.
 FUZZTIME=${FUZZTIME:-3000x} fuzz ./geo FuzzParseArea
