@@ -17,6 +17,9 @@ command -v nft >/dev/null || [ -x /usr/sbin/nft ] || apt_install nftables
 command -v systemd-analyze >/dev/null || apt_install systemd
 # The fleet board's tests drive a real headless browser.
 command -v chromium >/dev/null || apt_install chromium
+# The lake's test reads it with DuckDB's Node.js package, which the test
+# installs into .cache/duckdb with npm (~4 s, 70 MB, once).
+command -v npm >/dev/null || apt_install nodejs npm
 
 # promtool comes from Debian's prometheus package, unpacked into .cache/
 # rather than installed: installing it would also install a Prometheus
