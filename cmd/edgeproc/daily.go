@@ -25,7 +25,7 @@ const publishTimeout = 2 * time.Minute
 
 var dailyCommand = &command{
 	name:    "daily",
-	args:    "--config FILE --date YYYY-MM-DD|yesterday [--out FILE|-] [--no-publish]",
+	args:    "--config FILE --date YYYY-MM-DD|yesterday [--out FILE|-] [--no-publish] [--memory MiB]",
 	summary: "each courier's day (distance, positions, first and last seen) from the lake",
 	help: `Computes each courier's day from the lake's positions (lake.dir, contract
 §9; rules in docs/lake.md): distance_m (the same distance filter as the
@@ -48,16 +48,20 @@ edgeproc daily --config girona.yaml --date yesterday`,
 		date := fs.String("date", "", "the `DATE`, YYYY-MM-DD or yesterday, in the market's time zone (required)")
 		outPath := fs.String("out", "", "output `FILE` (.jsonl/.json, .csv, .parquet; - for JSON lines on stdout); default: the lake and NATS")
 		noPublish := fs.Bool("no-publish", false, "without --out, write the lake's table but publish nothing")
+		memory := fs.Int64("memory", daily.DefaultMemoryBudget>>20, "`MiB` of rows held at once (56 bytes a row; the process peaks at about twice this); a larger lake is read in several passes")
 		return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			if *cfgPath == "" || *date == "" || len(args) > 0 {
 				return usageError{"daily takes --config FILE --date YYYY-MM-DD"}
 			}
-			return runDaily(ctx, *cfgPath, *date, *outPath, !*noPublish, stdout, stderr)
+			if *memory <= 0 {
+				return usageError{"--memory must be > 0"}
+			}
+			return runDaily(ctx, *cfgPath, *date, *outPath, !*noPublish, *memory<<20, stdout, stderr)
 		}
 	},
 }
 
-func runDaily(ctx context.Context, cfgPath, date, outPath string, publish bool, stdout, stderr io.Writer) error {
+func runDaily(ctx context.Context, cfgPath, date, outPath string, publish bool, memory int64, stdout, stderr io.Writer) error {
 	cfg, err := config.Load(cfgPath)
 	if err != nil {
 		return err
@@ -77,6 +81,7 @@ func runDaily(ctx context.Context, cfgPath, date, outPath string, publish bool, 
 	recs, sum, err := daily.Compute(daily.Options{
 		Dir: cfg.Lake.Dir, Market: cfg.Market, Location: loc, Date: date,
 		RestoreTTL: cfg.Windows.RestoreTTL, Filter: engine.ConfigFrom(cfg).Filter, EmittedAt: now.UnixMilli(),
+		MemoryBudget: memory,
 	})
 	if err != nil {
 		return err
