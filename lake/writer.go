@@ -147,10 +147,10 @@ type Writer struct {
 	dates    map[string]int // files of this series per date, for compaction
 	nextKeep time.Time      // the next compaction and retention pass
 
-	buffered atomic.Int64
-	kick     chan struct{}
-	done     chan struct{}
-	wg       sync.WaitGroup
+	buffered, appended, skipped atomic.Int64
+	kick                        chan struct{}
+	done                        chan struct{}
+	wg                          sync.WaitGroup
 	// crash, set by tests, simulates a kill at a named step: when it
 	// returns true the flusher stops dead there.
 	crash func(step string) bool
@@ -197,9 +197,7 @@ func Open(o Options) (*Writer, error) {
 // Options.MaxBatchBytes).
 func (w *Writer) Append(r *Row) error {
 	if r.Index <= w.skipTo {
-		w.mu.Lock()
-		w.stats.RowsSkipped++
-		w.mu.Unlock()
+		w.skipped.Add(1)
 		return nil
 	}
 	if r.Index <= w.lastIndex {
@@ -218,6 +216,7 @@ func (w *Writer) Append(r *Row) error {
 	w.cur.add(r, w.o.Location)
 	w.lastIndex = r.Index
 	w.buffered.Add(1)
+	w.appended.Add(1)
 	if w.cur.bytes >= w.o.MaxBatchBytes {
 		w.handOff()
 	}
@@ -314,7 +313,7 @@ func (w *Writer) Stats() Stats {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	s := w.stats
-	s.RowsBuffered = w.buffered.Load()
+	s.RowsBuffered, s.RowsAppended, s.RowsSkipped = w.buffered.Load(), w.appended.Load(), w.skipped.Load()
 	return s
 }
 

@@ -257,7 +257,7 @@ func TestWriter_Durable(t *testing.T) {
 		t.Fatalf("reopened: durable %d, want 20", d)
 	}
 	appendAll(t, w, rs)
-	if s := w.Stats(); s.RowsSkipped != 5 || s.RowsAppended != 0 && s.RowsBuffered != 0 {
+	if s := w.Stats(); s.RowsSkipped != 5 || s.RowsAppended != 0 || s.RowsBuffered != 0 {
 		t.Errorf("rows appended again: %+v, want 5 skipped and none buffered", s)
 	}
 	mustClose(t, w)
@@ -497,8 +497,8 @@ func TestWriter_RefusesWhenTwoBatchesWait(t *testing.T) {
 	}
 	mustClose(t, w)
 	checkOnce(t, readLake(t, dir, "m"), rs, time.UTC)
-	if s := w.Stats(); s.RowsRefused != 1 {
-		t.Errorf("refused %d, want 1", s.RowsRefused)
+	if s := w.Stats(); s.RowsRefused != 1 || s.RowsAppended != 250 || s.RowsWritten != 250 || s.RowsBuffered != 0 {
+		t.Errorf("stats %+v, want 1 refused, 250 appended and written, none buffered", s)
 	}
 }
 

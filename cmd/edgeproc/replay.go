@@ -172,6 +172,9 @@ documented in go doc ./config.`,
 				return usageError{"check-config takes one or more FILEs"}
 			}
 			cfgs, warnings, err := loadConfigs(files)
+			if err == nil {
+				err = checkLakeDirs(files, cfgs)
+			}
 			if err != nil {
 				return err
 			}
