@@ -32,6 +32,12 @@ var ErrBehind = errors.New("lake: behind: the batch is full and the previous one
 // previous row's.
 var ErrOrder = errors.New("lake: rows out of log order")
 
+// ErrOtherLog is returned by CheckLog when the log is behind the lake:
+// the series was written from another log (a state.dir wiped or replaced
+// while lake.dir was kept). Its rows would otherwise be skipped as
+// already written, and later files could take the names of older ones.
+var ErrOtherLog = errors.New("lake: the log is behind the lake's series: it was written from another log")
+
 // Options configure a Writer.
 type Options struct {
 	// Dir is lake.dir. Required.
@@ -188,6 +194,18 @@ func Open(o Options) (*Writer, error) {
 	w.wg.Add(1)
 	go w.run()
 	return w, nil
+}
+
+// CheckLog tells whether the log the caller replays from can be this
+// series' log: last is the log's last index (0 for an empty log). A log
+// that ends before Durable() is another one; the caller refuses to start
+// (the error says which files to move aside) rather than skip its rows.
+func (w *Writer) CheckLog(last uint64) error {
+	if last >= w.skipTo {
+		return nil
+	}
+	return fmt.Errorf("%w: the log ends at %d, the series %q of %s holds rows up to %d (%s): move the series' files and that marker aside, or restore the log",
+		ErrOtherLog, last, w.o.Prefix, w.dir, w.skipTo, w.marker)
 }
 
 // Append adds an accepted position. Its Index must be above the previous

@@ -256,6 +256,13 @@ func TestWriter_Durable(t *testing.T) {
 	if d := w.Durable(); d != 20 {
 		t.Fatalf("reopened: durable %d, want 20", d)
 	}
+	// A log that ends before the lake is another log (state.dir wiped).
+	if err := w.CheckLog(19); !errors.Is(err, lake.ErrOtherLog) || !strings.Contains(err.Error(), "durable") {
+		t.Errorf("CheckLog(19): %v, want ErrOtherLog naming the marker", err)
+	}
+	if err := w.CheckLog(20); err != nil {
+		t.Errorf("CheckLog(20): %v", err)
+	}
 	appendAll(t, w, rs)
 	if s := w.Stats(); s.RowsSkipped != 5 || s.RowsAppended != 0 || s.RowsBuffered != 0 {
 		t.Errorf("rows appended again: %+v, want 5 skipped and none buffered", s)
