@@ -15,7 +15,7 @@ import (
 
 // Files expands what a user names as lake input (`replay --in`, tests):
 // a folder (every *.parquet beneath it, hidden and _-prefixed entries
-// left out), a glob, or a file. Files a merged one covers (the leftovers
+// left out, and a lake root's daily/ tables), a glob, or a file. Files a merged one covers (the leftovers
 // of an interrupted compaction) are left out, so every row is read once.
 // The result is in log order: by file name, then path.
 func Files(inputs ...string) ([]string, error) {
@@ -50,6 +50,9 @@ func Files(inputs ...string) ([]string, error) {
 					}
 					return nil
 				}
+				if d.IsDir() && d.Name() == DailyDir && isDir(filepath.Join(filepath.Dir(p), positionsDir)) {
+					return filepath.SkipDir // a lake's root: daily tables are no positions
+				}
 				if !d.IsDir() && strings.HasSuffix(d.Name(), ".parquet") {
 					paths = append(paths, p)
 				}
@@ -65,6 +68,11 @@ func Files(inputs ...string) ([]string, error) {
 	paths = dropCovered(paths)
 	slices.SortStableFunc(paths, func(a, b string) int { return strings.Compare(filepath.Base(a), filepath.Base(b)) })
 	return paths, nil
+}
+
+func isDir(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.IsDir()
 }
 
 // dropCovered leaves out the files of this package's naming that another

@@ -52,6 +52,10 @@ func TestDaily_LakeTableAndNATS(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "daily", "market=m", "date=2026-12-03", "daily.parquet")); err != nil {
 		t.Errorf("the lake's daily table: %v", err)
 	}
+	// A replay of the lake's root reads its positions, not its tables.
+	if code, _, errs := runCLI(t, "replay", "--config", cfg, "--in", dir, "--out", filepath.Join(dir, "r.jsonl")); code != 0 || !strings.Contains(errs, "replay: 30 positions") {
+		t.Errorf("replay --in the lake's root: exit %d, %s", code, errs)
+	}
 	msgs := testenv.ReadStream(t, ns.URL(), "EDGEPROC_M")
 	if len(msgs) != 3 {
 		t.Fatalf("%d messages in the stream after two runs, want 3", len(msgs))
