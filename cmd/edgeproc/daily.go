@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -78,11 +79,17 @@ func runDaily(ctx context.Context, cfgPath, date, outPath string, publish bool, 
 		return usageError{err.Error()}
 	}
 	start := time.Now()
-	recs, sum, err := daily.Compute(daily.Options{
+	opts := daily.Options{
 		Dir: cfg.Lake.Dir, Market: cfg.Market, Location: loc, Date: date,
 		RestoreTTL: cfg.Windows.RestoreTTL, Filter: engine.ConfigFrom(cfg).Filter, EmittedAt: now.UnixMilli(),
 		MemoryBudget: memory,
-	})
+	}
+	recs, sum, err := daily.Compute(opts)
+	if errors.Is(err, fs.ErrNotExist) {
+		// The service compacted the date while it was read (the files
+		// listed were merged and removed): list them again.
+		recs, sum, err = daily.Compute(opts)
+	}
 	if err != nil {
 		return err
 	}
