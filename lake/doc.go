@@ -44,10 +44,14 @@
 // no C), writes from plain Go structs through typed generic writers (no
 // Arrow record builders in between), and reads a file's rows the same
 // way, which both `replay` and `daily` need; Arrow's package is larger
-// and brings the Arrow memory model for no gain here. Columns are
-// zstd-compressed (smaller than snappy at these speeds; every reader of
-// note supports it) and the courier column dictionary-encoded; row groups
-// hold up to Options.RowGroupRows rows (default 1 M, tens of MB
-// uncompressed): large enough for a column reader's sequential scan, small
-// enough to read one at a time.
+// and brings the Arrow memory model for no gain here.
+//
+// Columns are zstd-compressed and the courier column dictionary-encoded:
+// `make bench`'s fleet (717 038 positions) takes 12.6 MB with zstd against
+// 17.1 MB with snappy, and zstd's 0.7 µs a row of writing (snappy's 0.2)
+// is spent on the Writer's goroutine, a third of a percent of a core at
+// 5 000 positions/s; every reader of note reads both. Row groups hold up
+// to Options.RowGroupRows rows (default 1 M, tens of MB uncompressed):
+// large enough for a column reader's sequential scan, small enough to
+// read one at a time.
 package lake
