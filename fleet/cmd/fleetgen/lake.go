@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/km0/edgeproc/fleet"
@@ -17,7 +18,7 @@ type lakeFlags struct {
 // writeLake writes the fleet's valid, non-duplicate positions to a lake,
 // one series, the i-th position at log index i, rolling every lk.roll of
 // arrival time. Late flags are false: only the engine can judge them.
-func writeLake(lk lakeFlags, fl *fleet.Fleet) error {
+func writeLake(lk lakeFlags, fl *fleet.Fleet, stdout io.Writer) error {
 	loc, err := time.LoadLocation(lk.zone)
 	if err != nil {
 		return err
@@ -59,6 +60,6 @@ func writeLake(lk lakeFlags, fl *fleet.Fleet) error {
 		return err
 	}
 	s := w.Stats()
-	fmt.Printf("fleetgen: %d positions in %d files, %d bytes, under %s\n", s.RowsWritten, s.FilesWritten, s.BytesWritten, lk.dir)
+	fmt.Fprintf(stdout, "fleetgen: %d positions in %d files, %d bytes, under %s\n", s.RowsWritten, s.FilesWritten, s.BytesWritten, lk.dir)
 	return nil
 }

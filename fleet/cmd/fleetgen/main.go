@@ -72,7 +72,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 
 	if lk.dir != "" {
-		return writeLake(lk, fleet.New(cfg))
+		return writeLake(lk, fleet.New(cfg), stdout)
 	}
 	w := stdout
 	var f *os.File
