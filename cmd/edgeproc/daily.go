@@ -49,7 +49,7 @@ edgeproc daily --config girona.yaml --date yesterday`,
 		date := fs.String("date", "", "the `DATE`, YYYY-MM-DD or yesterday, in the market's time zone (required)")
 		outPath := fs.String("out", "", "output `FILE` (.jsonl/.json, .csv, .parquet; - for JSON lines on stdout); default: the lake and NATS")
 		noPublish := fs.Bool("no-publish", false, "without --out, write the lake's table but publish nothing")
-		memory := fs.Int64("memory", daily.DefaultMemoryBudget>>20, "`MiB` of rows held at once (56 bytes a row; the process peaks at about twice this); a larger lake is read in several passes")
+		memory := fs.Int64("memory", daily.DefaultMemoryBudget>>20, "`MiB` of rows held at once (60 bytes a row; the process peaks at about twice this); a larger lake is read in several passes")
 		return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			if *cfgPath == "" || *date == "" || len(args) > 0 {
 				return usageError{"daily takes --config FILE --date YYYY-MM-DD"}
