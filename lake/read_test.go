@@ -27,7 +27,8 @@ func TestReadArrivalOrder_TiesAndFilesThatGoBack(t *testing.T) {
 		{20, 20, 25, 40, 41},
 	} {
 		prefix := fmt.Sprintf("s%d-", s)
-		w := open(t, lake.Options{Dir: dir, Market: "m", Prefix: prefix})
+		// Row groups of 2 rows: runs start and end inside and across them.
+		w := open(t, lake.Options{Dir: dir, Market: "m", Prefix: prefix, RowGroupRows: 2})
 		for i, a := range arrivals {
 			id := fmt.Sprintf("%s%d", prefix, i)
 			if err := w.Append(&lake.Row{Index: uint64(i + 1), Courier: []byte(id), TimestampMs: 1_000_000, ArrivalMs: a}); err != nil {

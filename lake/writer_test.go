@@ -359,7 +359,8 @@ func allFiles(t *testing.T, dir string) []string {
 func TestWriter_CompactsAClosedDate(t *testing.T) {
 	dir := t.TempDir()
 	day := time.Date(2026, 12, 1, 23, 0, 0, 0, time.UTC)
-	o := lake.Options{Dir: dir, Market: "m", RollInterval: time.Minute, CompactAfter: 2 * time.Hour}
+	// Row groups of 64 rows: the merged file has many, read back in order.
+	o := lake.Options{Dir: dir, Market: "m", RollInterval: time.Minute, CompactAfter: 2 * time.Hour, RowGroupRows: 64}
 	w := open(t, o)
 	rs := mkRows(1, 1200, day.UnixMilli(), 6000) // 23:00 to 01:00
 	now := day
