@@ -13,19 +13,22 @@
 // forgotten courier does. distance_m is the sum of D's positions'
 // segments.
 //
-// Earlier dates are read back to restore_ttl before D's start: a
-// predecessor further back could not give a segment anyway. The filter's
-// state (with min_move_m on, an anchor that depends on the fixes before)
-// starts afresh at the first row of that context, so with filters on a
-// courier who never paused for restore_ttl may differ from an unbounded
-// history by the filter's decisions at the context's start; with filters
-// off (plain haversine, contract §3) the result is exact.
+// Earlier dates are read once, before the date's own rows, for what
+// they give: each courier's last position before the date within
+// restore_ttl (its predecessor: a position further back could not give a
+// segment), and its positions of the last FilterWarmUp (an hour) before
+// the date, over which the filter warms up, starting afresh at the first
+// of them. With the filters off (plain haversine, contract §3) only the
+// predecessor counts and the result is exact; with them on, a courier
+// moving across midnight can differ from an unbounded history by the
+// filter's decisions in its first minutes of warm-up.
 package daily
 
 import (
 	"cmp"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -102,11 +105,11 @@ func Compute(o Options) ([]Record, Summary, error) {
 		return nil, sum, err
 	}
 	from := start - o.RestoreTTL.Milliseconds()
-	files, err := dayFiles(o, from, start)
+	ctxFiles, files, err := listFiles(o, from)
 	if err != nil {
 		return nil, sum, err
 	}
-	sum.Files = len(files)
+	sum.Files = len(ctxFiles) + len(files)
 	var total int64
 	for _, p := range files {
 		f, err := lake.OpenFile(p)
@@ -116,72 +119,164 @@ func Compute(o Options) ([]Record, Summary, error) {
 		total += f.NumRows()
 		f.Close()
 	}
+	in := &interner{names: map[string]uint32{}}
+	ctx, err := readContext(o, ctxFiles, in, from, start, &sum)
+	if err != nil {
+		return nil, sum, err
+	}
+	total += int64(len(ctx))
 	passes := int(max(1, (total*RowBytes+o.MemoryBudget-1)/o.MemoryBudget))
 	sum.Passes = passes
 	seed := maphash.MakeSeed()
+	bucket := func(courier string) int {
+		if passes == 1 {
+			return 0
+		}
+		return int(maphash.String(seed, courier) % uint64(passes))
+	}
 	var recs []Record
 	// Sized for a pass's share (and a margin for an uneven one), so that
 	// growth neither copies nor leaves garbage the size of the budget.
 	rows := make([]row, 0, min(total, total/int64(passes)*11/10+1024))
 	for pass := range passes {
-		names := map[string]uint32{}
-		var ids []string
 		rows = rows[:0]
+		for _, r := range ctx {
+			if bucket(in.ids[r.courier]) == pass {
+				rows = append(rows, r)
+			}
+		}
 		for fi, p := range files {
+			fi += len(ctxFiles) // files of D come after the context's in log order
 			var rowNum int64
 			err := lake.ReadFile(p, func(r *lake.Row) error {
 				n := rowNum
 				rowNum++
 				sum.Rows++
-				if r.TimestampMs < from || r.TimestampMs >= end {
-					return nil
+				if r.TimestampMs < start || r.TimestampMs >= end {
+					return nil // not D's (a lake written in another time zone)
 				}
 				if passes > 1 && int(maphash.Bytes(seed, r.Courier)%uint64(passes)) != pass {
 					return nil
 				}
-				id, ok := names[string(r.Courier)]
-				if !ok {
-					id = uint32(len(ids))
-					ids = append(ids, string(r.Courier))
-					names[ids[id]] = id
-				}
-				acc := 0.0
-				if r.HasAccuracy {
-					acc = geo.Accuracy(max(r.AccuracyM, 0))
-				}
-				rows = append(rows, row{ts: r.TimestampMs, arr: r.ArrivalMs, ord: int64(fi)<<32 | n,
-					lat: r.Lat, lon: r.Lon, acc: acc, courier: id, late: r.LateDistance})
+				rows = append(rows, rowOf(r, in.id(r.Courier), fi, n))
 				return nil
 			})
 			if err != nil {
 				return nil, sum, err
 			}
 		}
-		recs = append(recs, days(o, rows, ids, start)...)
+		recs = append(recs, days(o, rows, in.ids, start)...)
 	}
 	slices.SortFunc(recs, func(a, b Record) int { return strings.Compare(a.Courier, b.Courier) })
 	return recs, sum, nil
 }
 
-// dayFiles lists the files of the dates from the one holding from to
-// o.Date, in log order.
-func dayFiles(o Options, from, start int64) ([]string, error) {
-	var dirs []string
-	for d := lake.DateOf(from, o.Location); ; {
-		dir := lake.DateDir(o.Dir, o.Market, d)
-		if _, err := os.Stat(dir); err == nil {
-			dirs = append(dirs, dir)
+// FilterWarmUp is how much of the time before the date daily keeps of
+// every courier (besides its last position before the date, always
+// kept): the distance filter starts afresh at the first of those rows.
+const FilterWarmUp = time.Hour
+
+// interner numbers couriers.
+type interner struct {
+	names map[string]uint32
+	ids   []string
+}
+
+func (in *interner) id(courier []byte) uint32 {
+	id, ok := in.names[string(courier)]
+	if !ok {
+		id = uint32(len(in.ids))
+		in.ids = append(in.ids, string(courier))
+		in.names[in.ids[id]] = id
+	}
+	return id
+}
+
+func rowOf(r *lake.Row, courier uint32, file int, n int64) row {
+	acc := 0.0
+	if r.HasAccuracy {
+		acc = geo.Accuracy(max(r.AccuracyM, 0))
+	}
+	return row{ts: r.TimestampMs, arr: r.ArrivalMs, ord: int64(file)<<32 | n,
+		lat: r.Lat, lon: r.Lon, acc: acc, courier: courier, late: r.LateDistance}
+}
+
+// readContext reads, once, what the dates before o.Date give the
+// couriers' days: each courier's rows of the last FilterWarmUp before
+// the date's start, or, when it has none there, its last row since from
+// (restore_ttl before the start; its predecessor could be no further
+// back). With the filters off only that last row counts (the
+// predecessor); with them on, the filter warms up over the rest. Holding
+// that rather than whole earlier days keeps daily's memory and passes to
+// about the date's own rows.
+func readContext(o Options, files []string, in *interner, from, start int64, sum *Summary) ([]row, error) {
+	warm := start - FilterWarmUp.Milliseconds()
+	var ctx []row
+	var last []row // by courier: the last row before warm
+	hasWarm := map[uint32]bool{}
+	for fi, p := range files {
+		var rowNum int64
+		err := lake.ReadFile(p, func(r *lake.Row) error {
+			n := rowNum
+			rowNum++
+			sum.Rows++
+			if r.TimestampMs < from || r.TimestampMs >= start {
+				return nil
+			}
+			x := rowOf(r, in.id(r.Courier), fi, n)
+			if x.ts >= warm {
+				ctx = append(ctx, x)
+				hasWarm[x.courier] = true
+				return nil
+			}
+			for int(x.courier) >= len(last) {
+				last = append(last, row{ts: math.MinInt64})
+			}
+			// The latest timestamp; of one timestamp, the first to arrive.
+			if l := &last[x.courier]; x.ts > l.ts || x.ts == l.ts && (x.arr < l.arr || x.arr == l.arr && x.ord < l.ord) {
+				*l = x
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
 		}
-		if d >= o.Date {
-			break
+	}
+	for c, l := range last {
+		if l.ts != math.MinInt64 && !hasWarm[uint32(c)] {
+			ctx = append(ctx, l)
+		}
+	}
+	return ctx, nil
+}
+
+// listFiles lists the files of the dates from the one holding from to
+// the day before o.Date (the context), and of o.Date, each in log order.
+func listFiles(o Options, from int64) (ctx, day []string, err error) {
+	var dirs []string
+	for d := lake.DateOf(from, o.Location); d < o.Date; {
+		if dir := lake.DateDir(o.Dir, o.Market, d); isDir(dir) {
+			dirs = append(dirs, dir)
 		}
 		t, _ := time.Parse(lake.DateLayout, d)
 		d = t.AddDate(0, 0, 1).Format(lake.DateLayout)
 	}
-	if len(dirs) == 0 {
-		return nil, nil
+	if len(dirs) > 0 {
+		if ctx, err = lake.Files(dirs...); err != nil {
+			return nil, nil, err
+		}
 	}
-	return lake.Files(dirs...)
+	if dir := lake.DateDir(o.Dir, o.Market, o.Date); isDir(dir) {
+		if day, err = lake.Files(dir); err != nil {
+			return nil, nil, err
+		}
+	}
+	return ctx, day, nil
+}
+
+func isDir(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.IsDir()
 }
 
 // days computes the records of the couriers in rows.
