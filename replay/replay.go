@@ -81,6 +81,16 @@ func (s Summary) String() string {
 // Run replays in through the engine configured by cfg and writes every
 // record, in the engine's deterministic order, as JSON lines to out.
 func Run(cfg engine.Config, in io.Reader, out io.Writer) (Summary, error) {
+	return run(cfg, out, func(push func(*engine.Input)) (int64, error) {
+		return readLines(in, func(line []byte, n int64) {
+			push(&engine.Input{Payload: line, Line: n})
+		})
+	})
+}
+
+// run runs the engine over the inputs feed pushes, in order, and writes
+// the records to out. feed returns how many lines its input had.
+func run(cfg engine.Config, out io.Writer, feed func(push func(*engine.Input)) (int64, error)) (Summary, error) {
 	start := time.Now()
 	w := bufio.NewWriterSize(out, 1<<20)
 	var werr error
@@ -98,9 +108,7 @@ func Run(cfg engine.Config, in io.Reader, out io.Writer) (Summary, error) {
 			}
 		}
 	})
-	lines, rerr := readLines(in, func(line []byte, n int64) {
-		e.Push(&engine.Input{Payload: line, Line: n})
-	})
+	lines, rerr := feed(e.Push)
 	e.EndOfInput()
 	if werr == nil {
 		werr = w.Flush()

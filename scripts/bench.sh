@@ -22,6 +22,16 @@ TIMEFORMAT="  wall %Rs  cpu %Us user + %Ss sys"
 for i in $(seq "$runs"); do
 	time "$out/edgeproc" replay --config "$out/bench.yaml" --in "$out/fleet500.jsonl" --out "$out/results.jsonl"
 done
+# The same fleet as the lake's Parquet files (fleetgen -lake: one series,
+# rolled every 10 min of arrival time), replayed: replay --in a lake folder.
+if [ ! -d "$out/lake500" ]; then
+	go run ./fleet/cmd/fleetgen -couriers 500 -duration 2h -seed 1 -lake "$out/lake500" -lake-market bench
+fi
+echo "# replay, lake (Parquet) -> results file, $(du -sh "$out/lake500/positions" | cut -f1)"
+for i in $(seq "$runs"); do
+	time "$out/edgeproc" replay --config "$out/bench.yaml" --in "$out/lake500/positions/market=bench" --out "$out/results-lake.jsonl"
+done
+cmp "$out/results.jsonl" "$out/results-lake.jsonl" && echo "  the same results as from JSONL"
 echo "# engine alone (decode + watermark + shards + windows + ordering), per position"
 go test -run '^$' -bench 'BenchmarkEngine' -benchtime 3x -count "$runs" ./engine | tee "$out/engine.txt" | grep -E 'Benchmark|ns/position'
 echo "# retained state per active courier (20 000 couriers, steady state)"

@@ -17,6 +17,9 @@ command -v nft >/dev/null || [ -x /usr/sbin/nft ] || apt_install nftables
 command -v systemd-analyze >/dev/null || apt_install systemd
 # The fleet board's tests drive a real headless browser.
 command -v chromium >/dev/null || apt_install chromium
+# The lake's test reads it with DuckDB's Node.js package, which the test
+# installs into .cache/duckdb with npm (~4 s, 70 MB, once).
+command -v npm >/dev/null || apt_install nodejs npm
 
 # promtool comes from Debian's prometheus package, unpacked into .cache/
 # rather than installed: installing it would also install a Prometheus
@@ -41,8 +44,12 @@ unit=$(mktemp -d)
 trap 'rm -rf "$unit"' EXIT
 go build -o "$unit/edgeproc" ./cmd/edgeproc
 # verify needs ExecStart's binary to exist: point it at the one just built.
-sed "s#/usr/local/bin/edgeproc#$unit/edgeproc#g" deploy/systemd/edgeproc.service >"$unit/edgeproc.service"
-systemd-analyze verify "$unit/edgeproc.service"
+# The daily timer is verified with its service beside it.
+units="edgeproc.service edgeproc-daily.service edgeproc-daily.timer"
+for u in $units; do
+	sed "s#/usr/local/bin/edgeproc#$unit/edgeproc#g" "deploy/systemd/$u" >"$unit/$u"
+done
+(cd "$unit" && systemd-analyze verify $units)
 "$unit/edgeproc" check-config examples/girona.yaml examples/valencia.yaml
 # The tests start their own brokers on free loopback ports: the machine's
 # own Mosquitto (if any) is left alone, never stopped or reconfigured.
@@ -81,5 +88,6 @@ fuzz ./board FuzzEncodeDecode
 fuzz ./mqtt FuzzDecodePublish
 fuzz ./bridge FuzzCourierKey
 fuzz ./bridge FuzzAppendCourierState
+fuzz ./lake FuzzReadFile
 # An execution fills a polygon with H3 (~2 ms): fewer of them.
 FUZZTIME=${FUZZTIME:-3000x} fuzz ./geo FuzzParseArea

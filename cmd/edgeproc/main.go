@@ -3,6 +3,7 @@
 //
 //	edgeproc run --config FILE [--config FILE...] [--log-level L] [--log-format text|json]
 //	edgeproc replay --config FILE [--in FILE|-] [--out FILE|-]
+//	edgeproc daily --config FILE --date YYYY-MM-DD [--out FILE|-]
 //	edgeproc check-config FILE...
 //	edgeproc tail [--nats URL] [--market M...] [--type T...] [--since D] [--json]
 //	edgeproc deadzones --config FILE (--in FILE|- | --since D) [--out FILE|-]
@@ -51,7 +52,7 @@ type command struct {
 
 // commands in the order `edgeproc help` lists them.
 var commands = []*command{
-	runCommand, replayCommand, checkConfigCommand, tailCommand, deadzonesCommand, healthCommand, simCommand, demoCommand,
+	runCommand, replayCommand, dailyCommand, checkConfigCommand, tailCommand, deadzonesCommand, healthCommand, simCommand, demoCommand,
 	{
 		name: "version", summary: "print the version",
 		help: `Prints the version: the one the build set (-ldflags "-X main.version=..."),

@@ -8,11 +8,13 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
 	"github.com/km0/edgeproc/config"
+	"github.com/km0/edgeproc/lake"
 	"github.com/km0/edgeproc/market"
 	"github.com/km0/edgeproc/mqttsource"
 	"github.com/km0/edgeproc/position"
@@ -30,7 +32,7 @@ const progressMin = 32 << 20
 var replayCommand = &command{
 	name:    "replay",
 	args:    "--config FILE [--in FILE|-] [--out FILE|-] [--shards N] [--format edgeproc|owntracks]",
-	summary: "process a JSONL file of positions, write JSONL results",
+	summary: "process a JSONL file of positions (or the lake's Parquet files), write JSONL results",
 	help: `Runs the engine over a file: each input line is a position (with an
 optional arrival_ms, the processing time it arrived at), each output line
 a result or a rejected input, exactly as the live service publishes them
@@ -44,11 +46,18 @@ plus "topic":"owntracks/USER/DEVICE" and the optional arrival_ms, e.g.
 "topic":"owntracks/jane/phone","arrival_ms":1726308299000}. The courier is
 the topic's level that mqtt.owntracks_courier names, matched against
 mqtt.topic when the config's format is owntracks, else against
-owntracks/+/+ (docs/semantics.md, Input formats).`,
-	example: "edgeproc replay --config testdata/worked.yaml --in testdata/worked.jsonl",
+owntracks/+/+ (docs/semantics.md, Input formats).
+
+--in may also name the lake's Parquet files (docs/lake.md): a folder
+(lake/positions/market=M/date=D, or any folder above), a glob (quote it:
+'lake/positions/market=M/date=2026-12-*') or .parquet files. Their rows
+are replayed in arrival order (arrival_ms; ties by file name, then row),
+as a JSONL file of the same positions with the same arrival_ms would be.`,
+	example: `edgeproc replay --config testdata/worked.yaml --in testdata/worked.jsonl
+edgeproc replay --config girona.yaml --in /var/lib/edgeproc/lake/positions/market=girona/date=2026-12-03`,
 	setup: func(fs *flag.FlagSet) runFunc {
 		cfgPath := fs.String("config", "", "market configuration `FILE` (required)")
-		inPath := fs.String("in", "-", "input JSONL `FILE`, - for stdin")
+		inPath := fs.String("in", "-", "input JSONL `FILE`, - for stdin; or a lake folder, a glob or a .parquet file")
 		outPath := fs.String("out", "-", "output JSONL `FILE`, - for stdout")
 		shards := fs.Int("shards", 0, "shard goroutines (default: number of CPUs); results do not depend on it")
 		format := fs.String("format", "", "input `FORMAT`: edgeproc or owntracks (default: the config's mqtt.format)")
@@ -73,6 +82,9 @@ func replayFile(cfgPath, inPath, outPath, format string, shards int, stdout, std
 		// The config's topic is for its own format's messages.
 		cfg.MQTT.Format, cfg.MQTT.Topic = format, ownTracksTopic
 	}
+	if isLakeInput(inPath) {
+		return replayLake(cfg, inPath, outPath, shards, stdout, stderr)
+	}
 	in, closeIn, err := openReplayInput(inPath, stderr)
 	if err != nil {
 		return err
@@ -88,6 +100,48 @@ func replayFile(cfgPath, inPath, outPath, format string, shards int, stdout, std
 		out = outFile
 	}
 	err = replayResults(cfg, shards, in, out, stderr)
+	if outFile != nil {
+		err = errors.Join(err, outFile.Close())
+	}
+	return err
+}
+
+// isLakeInput reports whether a replay's --in names Parquet input: a
+// folder, a glob or a .parquet file.
+func isLakeInput(path string) bool {
+	if path == "-" {
+		return false
+	}
+	if strings.ContainsAny(path, "*?[") || strings.HasSuffix(path, ".parquet") {
+		return true
+	}
+	st, err := os.Stat(path)
+	return err == nil && st.IsDir()
+}
+
+// replayLake replays the lake's Parquet files named by in.
+func replayLake(cfg config.Config, in, outPath string, shards int, stdout, stderr io.Writer) error {
+	files, err := lake.Files(in)
+	if err != nil {
+		return fmt.Errorf("input: %w", err)
+	}
+	if len(files) == 0 {
+		return fmt.Errorf("input: no .parquet file in %s", in)
+	}
+	var out io.Writer = stdout
+	var outFile *os.File
+	if outPath != "-" {
+		if outFile, err = os.Create(outPath); err != nil {
+			return fmt.Errorf("output: %w", err)
+		}
+		out = outFile
+	}
+	ecfg := market.EngineConfig(cfg)
+	// The lake's rows are positions whatever format their messages came
+	// in: they replay as the contract's objects.
+	ecfg.Format, ecfg.Shards = position.FormatEdgeproc, shards
+	sum, err := replay.RunLake(ecfg, files, out)
+	fmt.Fprintln(stderr, sum)
 	if outFile != nil {
 		err = errors.Join(err, outFile.Close())
 	}
@@ -157,6 +211,9 @@ header is read; nothing is started or written.`,
 				return usageError{"check-config takes one or more FILEs"}
 			}
 			cfgs, warnings, err := loadConfigs(files)
+			if err == nil {
+				err = checkLakeDirs(files, cfgs)
+			}
 			if err != nil {
 				return err
 			}

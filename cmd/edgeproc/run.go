@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/km0/edgeproc/config"
+	"github.com/km0/edgeproc/lake"
 	"github.com/km0/edgeproc/service"
 )
 
@@ -41,6 +42,9 @@ drain the engine, wait for JetStream's acks and exit 0.`,
 				return usageError{"run takes --config FILE [--config FILE...]"}
 			}
 			cfgs, warnings, err := loadConfigs(files)
+			if err == nil {
+				err = checkLakeDirs(files, cfgs)
+			}
 			if err != nil {
 				return err
 			}
@@ -57,6 +61,18 @@ drain the engine, wait for JetStream's acks and exit 0.`,
 			return service.Run(ctx, cfgs, service.Deps{Log: log})
 		}
 	},
+}
+
+// checkLakeDirs refuses a lake.dir that cannot be written (run and
+// check-config), naming the file, the path and the reason.
+func checkLakeDirs(files []string, cfgs []config.Config) error {
+	var errs []error
+	for i, c := range cfgs {
+		if err := lake.CheckDir(c.Lake.Dir); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", files[i], err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // loadConfigs loads every file and checks them against each other

@@ -3,6 +3,12 @@
 // fleet). The replay benchmark and integration tests use it:
 //
 //	fleetgen -couriers 500 -duration 2h -seed 1 -out replay.jsonl
+//
+// With -lake DIR it writes the fleet's valid, non-duplicate positions to a
+// lake instead (package lake: the files the service writes, rolled every
+// -lake-roll of arrival time), for `edgeproc daily` and `replay --in`:
+//
+//	fleetgen -couriers 25000 -duration 24h -lake lake -lake-market bench
 package main
 
 import (
@@ -43,6 +49,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.Float64Var(&cfg.LateRate, "late", 0, "probability that a position is delivered 1-4 min late")
 	fs.Float64Var(&cfg.BadRate, "bad", 0, "probability of an extra malformed payload per position")
 	fs.StringVar(&out, "out", "-", "output file, - for stdout")
+	var lk lakeFlags
+	fs.StringVar(&lk.dir, "lake", "", "write a lake under this `DIR` instead of JSONL")
+	fs.StringVar(&lk.market, "lake-market", "bench", "the lake's market")
+	fs.StringVar(&lk.zone, "lake-timezone", "UTC", "the lake's time zone (its dates)")
+	fs.DurationVar(&lk.roll, "lake-roll", 10*time.Minute, "the lake's roll interval, in arrival time")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -60,6 +71,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		cfg.Start = ms
 	}
 
+	if lk.dir != "" {
+		return writeLake(lk, fleet.New(cfg), stdout)
+	}
 	w := stdout
 	var f *os.File
 	if out != "-" {
