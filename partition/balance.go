@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -45,17 +46,53 @@ func memberKey(inst string) string { return base64.RawURLEncoding.EncodeToString
 // the others.
 func (r *Runner) heartbeatEvery() time.Duration { return r.cfg.JetStream.PinTTL / 4 }
 
+// shares is this instance's count of the partitions it owns against its
+// share of them; the partitions' loops and the balance goroutine use it
+// concurrently.
+type shares struct {
+	parts, maxOwned int64
+	owned           atomic.Int64 // partitions this instance owns now
+	// counted is the share by the last count of live instances (0: not
+	// counted yet); shedding is set while a partition is handed over.
+	counted  atomic.Int64
+	shedding atomic.Bool
+}
+
 // share is how many partitions this instance should own now.
-func (r *Runner) share() int64 {
-	n := r.shareN.Load()
+func (s *shares) share() int64 {
+	n := s.counted.Load()
 	if n <= 0 { // before the first count: alone
-		n = int64(len(r.parts))
+		n = s.parts
 	}
-	if m := int64(r.cfg.JetStream.MaxOwned); m > 0 {
-		n = min(n, m)
+	if s.maxOwned > 0 {
+		n = min(n, s.maxOwned)
 	}
 	return n
 }
+
+// atLimit reports whether the instance owns its share of the partitions.
+func (s *shares) atLimit() bool { return s.owned.Load() >= s.share() }
+
+// reserve counts one more owned partition unless that passes the share.
+func (s *shares) reserve() bool {
+	if n := s.owned.Add(1); n > s.share() {
+		s.owned.Add(-1)
+		return false
+	}
+	return true
+}
+
+// release counts one owned partition less.
+func (s *shares) release() { s.owned.Add(-1) }
+
+// shed reports whether a partition owned here should be handed over now:
+// this instance owns more than its share and no other partition is being
+// handed over. The caller releases it and then calls shedDone.
+func (s *shares) shed() bool {
+	return s.owned.Load() > s.share() && s.shedding.CompareAndSwap(false, true)
+}
+
+func (s *shares) shedDone() { s.shedding.Store(false) }
 
 // balance writes the heartbeat and counts the live instances every
 // heartbeatEvery until ctx ends, then deletes the heartbeat, so that the
@@ -84,7 +121,7 @@ func (r *Runner) count(ctx context.Context, key string) {
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.JetStream.PinTTL)
 	defer cancel()
 	now := time.Now()
-	val, _ := json.Marshal(heartbeat{Instance: r.inst, AtMs: now.UnixMilli(), Owned: r.owned.Load()})
+	val, _ := json.Marshal(heartbeat{Instance: r.inst, AtMs: now.UnixMilli(), Owned: r.shares.owned.Load()})
 	if _, err := r.members.Put(cctx, key, val); err != nil {
 		r.log.Debug("heartbeat not written", "err", err)
 		return
@@ -117,16 +154,7 @@ func (r *Runner) count(ctx context.Context, key string) {
 	if rank < n%live {
 		share++
 	}
-	if old := r.shareN.Swap(share); old != share {
-		r.log.Info("partition share", "instances", live, "share", r.share(), "owned", r.owned.Load())
+	if old := r.shares.counted.Swap(share); old != share {
+		r.log.Info("partition share", "instances", live, "share", r.shares.share(), "owned", r.shares.owned.Load())
 	}
 }
-
-// shed reports whether partition p, owned here, should be handed over
-// now: this instance owns more than its share and no other partition is
-// being handed over. The caller releases p and then calls shedDone.
-func (r *Runner) shed() bool {
-	return r.owned.Load() > r.share() && r.shedding.CompareAndSwap(false, true)
-}
-
-func (r *Runner) shedDone() { r.shedding.Store(false) }

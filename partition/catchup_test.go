@@ -77,7 +77,7 @@ func TestRelease_BoundedWhenNothingCanBeRecorded(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.term = a
-	r.owned.Add(1)
+	r.shares.owned.Add(1)
 	// Something to record: the final checkpoint is not a no-op.
 	for _, m := range onePartitionFleet(1, time.Minute, 9)[:3] {
 		a.apply(fleetMsg(m, 0).Subject, nil, m.Payload, a.last+1, time.Now())
@@ -101,8 +101,8 @@ func TestRelease_BoundedWhenNothingCanBeRecorded(t *testing.T) {
 	if !strings.Contains(logs.String(), "final checkpoint not recorded in time") {
 		t.Errorf("log %q: want the final checkpoint given up, named", logs.String())
 	}
-	if !a.fenced.Load() || p.term != nil || r.owned.Load() != 0 {
-		t.Errorf("after release: fenced %v, term %v, owned %d; want the term ended", a.fenced.Load(), p.term, r.owned.Load())
+	if !a.fenced.Load() || p.term != nil || r.shares.owned.Load() != 0 {
+		t.Errorf("after release: fenced %v, term %v, owned %d; want the term ended", a.fenced.Load(), p.term, r.shares.owned.Load())
 	}
 }
 

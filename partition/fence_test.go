@@ -176,7 +176,7 @@ func TestClaim_RestoresTheDeltaChain(t *testing.T) {
 	}
 	<-done
 	for _, name := range []string{rec.Object, rec.Deltas[0].Object, rec.Deltas[1].Object, rec.Deltas[2].Object} {
-		if _, err := r.obs.GetInfo(ctx, name); err == nil {
+		if _, err := r.store.obs.GetInfo(ctx, name); err == nil {
 			t.Errorf("object %s still stored after a whole snapshot", name)
 		}
 	}
@@ -185,7 +185,7 @@ func TestClaim_RestoresTheDeltaChain(t *testing.T) {
 // readRecord reads partition p's checkpoint record.
 func readRecord(t *testing.T, r *Runner, p *part) record {
 	t.Helper()
-	e, err := r.kv.Get(context.Background(), p.key)
+	e, err := r.store.kv.Get(context.Background(), p.key)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,9 +13,9 @@ import (
 
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/engine"
+	"github.com/km0/edgeproc/internal/oracle"
 	"github.com/km0/edgeproc/internal/testenv"
 	"github.com/km0/edgeproc/market"
-	"github.com/km0/edgeproc/result"
 )
 
 // mapping is the server-side subject mapping of the deployment in
@@ -267,31 +266,21 @@ func reference(t testing.TB, url string, cfg config.Config) map[string]string {
 // the whole partition, indexed by partition.
 func replay(t testing.TB, url string, cfg config.Config) (map[string]string, []engine.Stats) {
 	t.Helper()
-	want := map[string]string{}
+	// The first record of a key is the one the stream keeps: a late
+	// position sent twice (the fleet mixes in QoS 1 redeliveries) gives
+	// two late records with one key and different emitted_at, and the
+	// stream drops the second as a duplicate.
+	x := oracle.NewResults(nil, false)
 	stats := make([]engine.Stats, cfg.JetStream.Partitions)
 	for n := range cfg.JetStream.Partitions {
 		ecfg := EngineConfig(cfg, n)
 		ecfg.Shards = 1
-		var mu sync.Mutex
-		e := engine.New(ecfg, func(rs []result.Record) {
-			mu.Lock()
-			defer mu.Unlock()
-			for i := range rs {
-				// The first record of a key is the one the stream keeps: a
-				// late position sent twice (the fleet mixes in QoS 1
-				// redeliveries) gives two late records with one key and
-				// different emitted_at, and the stream drops the second
-				// as a duplicate.
-				if k := rs[i].Key(); want[k] == "" {
-					want[k] = string(rs[i].AppendJSON(nil))
-				}
-			}
-		})
+		e := engine.New(ecfg, x.Sink)
 		applyStored(t, url, cfg, n, e)
 		e.Stop()
 		stats[n] = e.Stats()
 	}
-	return want, stats
+	return x.ByKey(t), stats
 }
 
 // applyStored hands partition n's stream, as stored, to e the way its

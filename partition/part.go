@@ -44,9 +44,10 @@ const (
 // partition's durable consumer that is either standby (no pin) or the
 // owner, holding a term.
 type part struct {
-	r            *Runner
+	env          *env
 	n            int
-	subject      string // filter subject of the positions
+	ecfg         engine.Config // the partition's engine (EngineConfig)
+	subject      string        // filter subject of the positions
 	tickSubject  string
 	consumerName string
 	key          string // checkpoint record key
@@ -73,11 +74,11 @@ type part struct {
 	lastResultAt                                       atomic.Int64 // unix ns, any term
 }
 
-func newPart(r *Runner, n int) *part {
-	jc := r.cfg.JetStream
+func newPart(e *env, n int, ecfg engine.Config) *part {
+	jc := e.cfg.JetStream
 	subject := jc.PartitionSubject(n)
 	return &part{
-		r: r, n: n, subject: subject,
+		env: e, n: n, ecfg: ecfg, subject: subject,
 		tickSubject:  subject[:len(subject)-1] + TickToken,
 		consumerName: jc.Consumer + "-" + strconv.Itoa(n),
 		key:          "p" + strconv.Itoa(n),
@@ -85,10 +86,10 @@ func newPart(r *Runner, n int) *part {
 }
 
 func (p *part) consumerConfig() jetstream.ConsumerConfig {
-	ttl := p.r.cfg.JetStream.PinTTL
+	ttl := p.env.cfg.JetStream.PinTTL
 	return jetstream.ConsumerConfig{
 		Durable:        p.consumerName,
-		Description:    "edgeproc partition " + strconv.Itoa(p.n) + " of market " + p.r.cfg.Market,
+		Description:    "edgeproc partition " + strconv.Itoa(p.n) + " of market " + p.env.cfg.Market,
 		FilterSubject:  p.subject,
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 		AckPolicy:      jetstream.AckAllPolicy,
@@ -97,12 +98,12 @@ func (p *part) consumerConfig() jetstream.ConsumerConfig {
 		PriorityPolicy: jetstream.PriorityPolicyPinned,
 		PinnedTTL:      ttl,
 		PriorityGroups: []string{group},
-		Replicas:       p.r.cfg.JetStream.Replicas,
+		Replicas:       p.env.cfg.JetStream.Replicas,
 	}
 }
 
 // fetchWait is how long one pull request waits for messages.
-func (p *part) fetchWait() time.Duration { return fetchWait(p.r.cfg.JetStream) }
+func (p *part) fetchWait() time.Duration { return fetchWait(p.env.cfg.JetStream) }
 
 // fetchWait is how long one pull request waits for messages: a fraction of
 // the pin TTL, so that the owner renews its pin several times per TTL.
@@ -137,11 +138,11 @@ func EngineConfig(cfg config.Config, n int) engine.Config {
 // leaseMargin is how long before the pin TTL runs out (counted from the
 // last accepted pull request) an owner stops publishing: room for clock
 // drift and for results already handed to the connection.
-func (p *part) leaseMargin() time.Duration { return p.r.cfg.JetStream.PinTTL / 4 }
+func (p *part) leaseMargin() time.Duration { return p.env.cfg.JetStream.PinTTL / 4 }
 
 func (p *part) hold() {
-	if p.r.deps.Hold != nil {
-		p.r.deps.Hold(p.n)
+	if p.env.hold != nil {
+		p.env.hold(p.n)
 	}
 }
 
@@ -154,9 +155,9 @@ func (p *part) run(ctx context.Context) {
 		if p.term != nil && p.term.fenced.Load() {
 			p.lose("fenced")
 		}
-		if p.term != nil && p.r.shed() {
+		if p.term != nil && p.env.shares.shed() {
 			// More than this instance's share: hand this one over.
-			p.r.log.Info("handing the partition over for balance", "partition", p.n, "owned", p.r.owned.Load(), "share", p.r.share())
+			p.env.log.Info("handing the partition over for balance", "partition", p.n, "owned", p.env.shares.owned.Load(), "share", p.env.shares.share())
 			p.release()
 			// The server pins a partition to the instance it next delivers
 			// a message to: an idle one would stay without an owner, hence
@@ -166,10 +167,10 @@ func (p *part) run(ctx context.Context) {
 			if p.heard() {
 				p.tick(ctx)
 			}
-			p.r.shedDone()
+			p.env.shares.shedDone()
 			continue
 		}
-		if p.term == nil && p.r.atLimit() {
+		if p.term == nil && p.env.shares.atLimit() {
 			// Leave the partition to instances with room: no pull request.
 			sleepCtx(ctx, p.fetchWait())
 			continue
@@ -212,7 +213,7 @@ func (p *part) run(ctx context.Context) {
 		}
 		// Every pull request the server accepts under our pin restarts its
 		// TTL from when the server got it, which is after sent.
-		p.term.lease.Store(sent.Add(p.r.cfg.JetStream.PinTTL - p.leaseMargin()).UnixNano())
+		p.term.lease.Store(sent.Add(p.env.cfg.JetStream.PinTTL - p.leaseMargin()).UnixNano())
 		if last != nil {
 			_ = last.Ack() // AckAll: everything before it too; lost acks only cause redeliveries
 		} else if !stalled {
@@ -239,7 +240,7 @@ func (p *part) fetchFailed(ctx context.Context, err error) {
 		<-ctx.Done()
 		return
 	}
-	p.r.log.Debug("pull failed", "partition", p.n, "err", err)
+	p.env.log.Debug("pull failed", "partition", p.n, "err", err)
 	sleepCtx(ctx, p.fetchWait())
 }
 
@@ -257,7 +258,7 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 // restores the engine from it. It reports false when that failed; the loop
 // stays standby and the message is redelivered.
 func (p *part) acquire(ctx context.Context, pin string, sent time.Time) bool {
-	if !p.r.reserve() {
+	if !p.env.shares.reserve() {
 		// Pinned, but at the limit (another partition was taken meanwhile):
 		// hand the pin back so that it goes to an instance with room now.
 		p.unpin()
@@ -265,19 +266,19 @@ func (p *part) acquire(ctx context.Context, pin string, sent time.Time) bool {
 	}
 	t, err := p.claim(ctx, pin, sent)
 	if err != nil {
-		p.r.owned.Add(-1)
+		p.env.shares.release()
 		if !engine.Refused(err) {
-			p.r.log.Warn("partition not taken over", "partition", p.n, "err", err)
+			p.env.log.Warn("partition not taken over", "partition", p.n, "err", err)
 			return false
 		}
 		// Every retry fails alike until the configuration changes: say it
 		// once, and in /readyz for as long as it lasts.
 		why := "partition " + strconv.Itoa(p.n) + " cannot be taken over: " + err.Error()
 		if errors.Is(err, engine.ErrSnapshotConfig) {
-			why += "; restore the old configuration, or delete key " + p.key + " of bucket " + checkpointBucket(p.r.cfg.Market) + " to start the partition empty from the stream's first message"
+			why += "; restore the old configuration, or delete key " + p.key + " of bucket " + checkpointBucket(p.env.cfg.Market) + " to start the partition empty from the stream's first message"
 		}
 		if old := p.refused.Swap(&why); old == nil || *old != why {
-			p.r.log.Error("partition cannot be taken over under this configuration; /readyz fails until it can", "partition", p.n, "err", err)
+			p.env.log.Error("partition cannot be taken over under this configuration; /readyz fails until it can", "partition", p.n, "err", err)
 		}
 		p.unpin() // an instance with the configuration it was written with may take it
 		return false
@@ -293,7 +294,7 @@ func (p *part) acquire(ctx context.Context, pin string, sent time.Time) bool {
 	p.acquiredAt.Store(time.Now().UnixNano())
 	p.firstResultAt.Store(0)
 	p.lastCkpt, p.lastTick = time.Now(), time.Now()
-	p.r.log.Info("partition owned", "partition", p.n, "epoch", t.epoch, "from_sequence", t.last+1)
+	p.env.log.Info("partition owned", "partition", p.n, "epoch", t.epoch, "from_sequence", t.last+1)
 	return true
 }
 
@@ -303,11 +304,11 @@ func (p *part) lose(why string) {
 	t := p.term
 	p.term, p.lastWake = nil, time.Now()
 	p.owned.Store(0)
-	p.r.owned.Add(-1)
+	p.env.shares.release()
 	p.fenced.Add(1)
 	t.fence()
 	p.stop(t)
-	p.r.log.Info("partition lost", "partition", p.n, "epoch", t.epoch, "why", why)
+	p.env.log.Info("partition lost", "partition", p.n, "epoch", t.epoch, "why", why)
 }
 
 // release ends the owned term at shutdown: a final checkpoint once every
@@ -324,14 +325,14 @@ func (p *part) release() {
 	}
 	p.term, p.lastWake = nil, time.Now()
 	p.owned.Store(0)
-	p.r.owned.Add(-1)
-	if p.r.nc.IsClosed() {
+	p.env.shares.release()
+	if p.env.closed() {
 		t.fence() // cut off: nothing can be recorded any more
 		p.stop(t)
 		return
 	}
-	if drain := p.r.mkt.Drain(); !p.finalCheckpoint(t, time.Now().Add(drain)) {
-		p.r.log.Warn("final checkpoint not recorded in time; a successor resumes from the previous one",
+	if drain := p.env.mkt.Drain(); !p.finalCheckpoint(t, time.Now().Add(drain)) {
+		p.env.log.Warn("final checkpoint not recorded in time; a successor resumes from the previous one",
 			"partition", p.n, "epoch", t.epoch, "drain_timeout", drain)
 	}
 	t.fence() // after the final checkpoint, nothing more goes out
@@ -391,9 +392,9 @@ func (p *part) finalCheckpoint(t *term, deadline time.Time) bool {
 // asking for it now, rather than after the pin TTL. Waiting longer than
 // the TTL gains nothing: by then the pin has lapsed anyway.
 func (p *part) unpin() {
-	ctx, cancel := context.WithTimeout(context.Background(), p.r.cfg.JetStream.PinTTL)
+	ctx, cancel := context.WithTimeout(context.Background(), p.env.cfg.JetStream.PinTTL)
 	defer cancel()
-	if s, err := p.r.js.Stream(ctx, p.r.cfg.JetStream.Stream); err == nil {
+	if s, err := p.env.js.Stream(ctx, p.env.cfg.JetStream.Stream); err == nil {
 		_ = s.UnpinConsumer(ctx, p.consumerName, group)
 	}
 }
@@ -402,7 +403,7 @@ func (p *part) unpin() {
 // while the partition moved on since the last one.
 func (p *part) maybeCheckpoint() {
 	t := p.term
-	if time.Since(p.lastCkpt) < p.r.cfg.State.CheckpointInterval || t.last == p.ckptSeq.Load() {
+	if time.Since(p.lastCkpt) < p.env.cfg.State.CheckpointInterval || t.last == p.ckptSeq.Load() {
 		return
 	}
 	if t.checkpoint(nil) {
@@ -421,7 +422,7 @@ func (p *part) maybeCheckpoint() {
 // pause is never applied as silence, and a tick buffered by the client
 // while it was disconnected, stored late, only ends such a gap.
 func (p *part) maybeTick(ctx context.Context) {
-	if p.r.cfg.Windows.IdleTimeout <= 0 || !p.heard() {
+	if p.env.cfg.Windows.IdleTimeout <= 0 || !p.heard() {
 		return
 	}
 	now := time.Now()
@@ -445,7 +446,7 @@ func (p *part) maybeTick(ctx context.Context) {
 // time since the last message was heard (the owner's ticks do that).
 func (p *part) maybeWake(ctx context.Context) {
 	now := time.Now()
-	if now.Sub(p.lastWake) < p.r.cfg.JetStream.PinTTL {
+	if now.Sub(p.lastWake) < p.env.cfg.JetStream.PinTTL {
 		return
 	}
 	p.lastWake = now
@@ -460,7 +461,7 @@ func (p *part) maybeWake(ctx context.Context) {
 			return
 		}
 	}
-	p.r.log.Info("waking a partition without owner", "partition", p.n)
+	p.env.log.Info("waking a partition without owner", "partition", p.n)
 	p.publishTick(ctx, WakeValue)
 }
 
@@ -468,7 +469,7 @@ func (p *part) maybeWake(ctx context.Context) {
 // relay unable to hear the market's broker, the positions wait there or
 // in the phones, and time passing is deafness: no tick makes it a gap in
 // the stream (deafGap).
-func (p *part) heard() bool { return p.r.relay == nil || p.r.relay.ready() == "" }
+func (p *part) heard() bool { return p.env.heard() }
 
 // tick publishes a tick into the partition.
 func (p *part) tick(ctx context.Context) { p.publishTick(ctx, "1") }
@@ -479,7 +480,7 @@ func (p *part) publishTick(ctx context.Context, value string) {
 	msg := &nats.Msg{Subject: p.tickSubject, Header: nats.Header{TickHeader: []string{value}}}
 	pctx, cancel := context.WithTimeout(ctx, p.fetchWait())
 	defer cancel()
-	if _, err := p.r.js.PublishMsg(pctx, msg); err != nil {
-		p.r.log.Debug("tick not published", "partition", p.n, "value", value, "err", err)
+	if _, err := p.env.js.PublishMsg(pctx, msg); err != nil {
+		p.env.log.Debug("tick not published", "partition", p.n, "value", value, "err", err)
 	}
 }

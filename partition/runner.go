@@ -51,7 +51,6 @@ import (
 
 	"github.com/km0/edgeproc/bridge"
 	"github.com/km0/edgeproc/config"
-	"github.com/km0/edgeproc/engine"
 	"github.com/km0/edgeproc/market"
 	"github.com/km0/edgeproc/output"
 )
@@ -83,54 +82,48 @@ type Deps struct {
 	Hold func(partition int)
 }
 
+// env is what a partition needs of its instance, and all it reaches:
+// the partitions get it, not the Runner.
+type env struct {
+	cfg  config.Config
+	log  *slog.Logger
+	inst string
+	// hold is Deps.Hold (nil: none); heard says whether positions can
+	// reach the stream now; closed whether the NATS connection is closed
+	// for good.
+	hold   func(partition int)
+	heard  func() bool
+	closed func() bool
+	shares shares // owned partitions against this instance's share
+
+	// Set once the runner is attached and set up: the JetStream API, the
+	// checkpoint store, the market shell and its output.
+	js    jetstream.JetStream
+	store *store
+	mkt   *market.Market
+	out   *output.Sink
+}
+
 // Runner is one instance of one market on the partitioned stream.
 type Runner struct {
-	cfg   config.Config
+	env
 	deps  Deps
-	log   *slog.Logger
-	ecfg  []engine.Config // per partition
-	inst  string
 	start time.Time
 
-	nc  *nats.Conn
-	js  jetstream.JetStream
-	kv  jetstream.KeyValue
-	obs jetstream.ObjectStore
-	// The market shell the runner runs in, its results bridge and
-	// output; set when Run starts.
-	mkt *market.Market
-	br  *bridge.Bridge
-	out *output.Sink
+	nc *nats.Conn
+	br *bridge.Bridge // the market's results bridge, set when Run starts
 
 	// mismatch says why the server's mapping disagrees with
 	// jetstream.partitions; nil or "" while it agrees (watchMapping).
 	mismatch atomic.Pointer[string]
 
 	parts []*part
-	owned atomic.Int64 // partitions this instance owns now
-	// members holds the instances' heartbeats; shareN is this instance's
-	// share by the last count (0: not counted yet), shedding is set while
-	// a partition is handed over for balance (balance.go).
-	members  jetstream.KeyValue
-	shareN   atomic.Int64
-	shedding atomic.Bool
+	// members holds the instances' heartbeats (balance.go).
+	members jetstream.KeyValue
 	// relay takes positions from the market's broker (jetstream.ingest:
 	// mqtt); nil with the gateway.
 	relay *relay
 	ready chan struct{} // closed once set-up is done
-}
-
-// atLimit reports whether the instance owns its share of the partitions
-// (balance.go).
-func (r *Runner) atLimit() bool { return r.owned.Load() >= r.share() }
-
-// reserve counts one more owned partition unless that passes the share.
-func (r *Runner) reserve() bool {
-	if n := r.owned.Add(1); n > r.share() {
-		r.owned.Add(-1)
-		return false
-	}
-	return true
 }
 
 // New checks cfg (source jetstream) and returns a Runner; Run starts it.
@@ -156,9 +149,15 @@ func New(cfg config.Config, deps Deps) (*Runner, error) {
 		inst = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
 	r := &Runner{
-		cfg: cfg, deps: deps, inst: inst, start: time.Now(), ready: make(chan struct{}),
-		log: deps.Log.With("market", cfg.Market, "instance", inst),
+		env: env{
+			cfg: cfg, inst: inst, hold: deps.Hold,
+			log:    deps.Log.With("market", cfg.Market, "instance", inst),
+			shares: shares{parts: int64(cfg.JetStream.Partitions), maxOwned: int64(cfg.JetStream.MaxOwned)},
+		},
+		deps: deps, start: time.Now(), ready: make(chan struct{}),
 	}
+	r.heard = func() bool { return r.relay == nil || r.relay.ready() == "" }
+	r.closed = func() bool { return r.nc.IsClosed() }
 	if cfg.JetStream.Ingest == "mqtt" {
 		if cfg.MQTT.URL == "embedded" {
 			r.cfg.MQTT.URL = deps.MQTTURL
@@ -168,8 +167,7 @@ func New(cfg config.Config, deps Deps) (*Runner, error) {
 	for n := range cfg.JetStream.Partitions {
 		ecfg := EngineConfig(cfg, n)
 		ecfg.Shards = deps.Shards
-		r.ecfg = append(r.ecfg, ecfg)
-		r.parts = append(r.parts, newPart(r, n))
+		r.parts = append(r.parts, newPart(&r.env, n, ecfg))
 	}
 	return r, nil
 }
@@ -257,7 +255,8 @@ func (r *Runner) setup(ctx context.Context) error {
 		}
 		p.cons = c
 	}
-	if r.kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	st := &store{inst: r.inst, log: r.log}
+	if st.kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      checkpointBucket(r.cfg.Market),
 		Description: "edgeproc partition checkpoints of market " + r.cfg.Market,
 		History:     1,
@@ -276,7 +275,7 @@ func (r *Runner) setup(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("partition: members bucket: %w", err)
 	}
-	if r.obs, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+	if st.obs, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
 		Bucket:      snapshotBucket(r.cfg.Market),
 		Description: "edgeproc partition snapshots of market " + r.cfg.Market,
 		Storage:     jetstream.FileStorage,
@@ -284,6 +283,7 @@ func (r *Runner) setup(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("partition: snapshot store: %w", err)
 	}
+	r.store = st
 	return nil
 }
 

@@ -1,12 +1,9 @@
 package partition
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"slices"
 	"strings"
@@ -26,31 +23,6 @@ import (
 
 // errFenced is why a fenced term records nothing.
 var errFenced = fmt.Errorf("%w: partition owned by another instance", checkpoint.ErrSuperseded)
-
-// record is a partition's checkpoint record in the key-value bucket. Every
-// owner writes it by compare-and-set on the revision it wrote last, so a
-// claim by a new owner (Epoch+1) fences every earlier one.
-type record struct {
-	// Seq is the stream sequence of the last message the snapshot reflects;
-	// the next owner resumes after it. 0: nothing processed yet.
-	Seq uint64 `json:"seq"`
-	// Object names the snapshot in the object store; empty with Seq 0.
-	Object string `json:"object,omitempty"`
-	// Deltas are the incremental snapshots that build on Object, in
-	// order, the last one at Seq; WholeSeq is then Object's sequence.
-	Deltas   []deltaRef `json:"deltas,omitempty"`
-	WholeSeq uint64     `json:"whole_seq,omitempty"`
-	Epoch    uint64     `json:"epoch"`
-	Owner    string     `json:"owner"`
-	Pin      string     `json:"pin"`
-	AtMs     int64      `json:"at_ms"` // wall clock of the write, for operators
-}
-
-// deltaRef is an incremental snapshot in the object store.
-type deltaRef struct {
-	Object string `json:"object"`
-	Seq    uint64 `json:"seq"`
-}
 
 // term is one instance's ownership of one partition, from the claim to
 // its loss or release. The pull loop owns last, consSeq, prevFirst and the
@@ -86,13 +58,13 @@ type term struct {
 // engine from the partition's recovery point (the term's Load claims the
 // checkpoint record).
 func (p *part) claim(ctx context.Context, pin string, sent time.Time) (*term, error) {
-	r := p.r
+	r := p.env
 	cctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
 	t := &term{p: p, pin: pin}
 	t.pubCtx, t.cancelPub = context.WithCancel(context.Background())
 	t.out = r.out.For()
-	ecfg := r.ecfg[p.n]
+	ecfg := p.ecfg
 	ecfg.OnPosition = t.out.Position
 	ecfg.OnForget = t.out.Forget
 	eng, seq, err := market.Recover(cctx, ecfg, t.sink, t)
@@ -109,65 +81,18 @@ func (p *part) claim(ctx context.Context, pin string, sent time.Time) (*term, er
 	return t, nil
 }
 
-// Load reads the partition's checkpoint record and writes it back as this
-// term's, with the next epoch (compare-and-set: a concurrent checkpoint of
-// the former owner makes it start over from that one), so that every
-// earlier owner is fenced before the snapshot is read; it returns the
-// snapshot the record names.
+// Load claims the partition's checkpoint record for this term (the next
+// epoch, by compare-and-set, so that every earlier owner is fenced before
+// the snapshot is read) and returns the recovery point it names.
 func (t *term) Load(ctx context.Context) (checkpoint.Point, bool, error) {
-	p, r := t.p, t.p.r
-	for attempt := 0; ; attempt++ {
-		var rec record
-		var rev uint64
-		e, err := r.kv.Get(ctx, p.key)
-		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound):
-		case err != nil:
-			return checkpoint.Point{}, false, fmt.Errorf("read checkpoint record %s: %w", p.key, err)
-		default:
-			if err := json.Unmarshal(e.Value(), &rec); err != nil {
-				return checkpoint.Point{}, false, fmt.Errorf("checkpoint record %s: %w", p.key, err)
-			}
-			rev = e.Revision()
-		}
-		rec.Epoch++
-		rec.Owner, rec.Pin, rec.AtMs = r.inst, t.pin, time.Now().UnixMilli()
-		val, _ := json.Marshal(rec)
-		newRev, err := r.kv.Update(ctx, p.key, val, rev)
-		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) && attempt < 5 {
-			continue
-		}
-		if err != nil {
-			return checkpoint.Point{}, false, fmt.Errorf("claim checkpoint record %s: %w", p.key, err)
-		}
-		t.epoch, t.object, t.deltas, t.wholeSeq = rec.Epoch, rec.Object, rec.Deltas, rec.WholeSeq
-		t.rev.Store(newRev)
-		if rec.Object == "" {
-			return checkpoint.Point{}, false, nil
-		}
-		snap, err := r.obs.GetBytes(ctx, rec.Object)
-		if err != nil {
-			return checkpoint.Point{}, false, fmt.Errorf("read snapshot %s: %w", rec.Object, err)
-		}
-		pt := checkpoint.Point{Tag: rec.Seq, Snapshot: snap, Name: rec.Object}
-		if len(rec.Deltas) > 0 {
-			pt.Tag = rec.WholeSeq
-		}
-		for _, d := range rec.Deltas {
-			b, err := r.obs.GetBytes(ctx, d.Object)
-			if err != nil {
-				// The stream holds what came after: the chain ends before it.
-				r.log.Warn("incremental snapshot unreadable; restoring the ones before it and reading the stream from there",
-					"partition", p.n, "snapshot", d.Object, "err", err)
-				break
-			}
-			pt.Deltas, pt.Tag = append(pt.Deltas, b), d.Seq
-		}
-		if len(pt.Deltas) > 0 {
-			pt.Name = fmt.Sprintf("%s and %d incremental snapshots to %d", rec.Object, len(pt.Deltas), pt.Tag)
-		}
-		return pt, true, nil
+	st := t.p.env.store
+	rec, rev, err := st.claim(ctx, t.p.key, t.pin)
+	if err != nil {
+		return checkpoint.Point{}, false, err
 	}
+	t.epoch, t.object, t.deltas, t.wholeSeq = rec.Epoch, rec.Object, rec.Deltas, rec.WholeSeq
+	t.rev.Store(rev)
+	return st.point(ctx, t.p.n, rec)
 }
 
 // fence stops the term from publishing or recording anything more.
@@ -221,10 +146,10 @@ const catchUpResets = 2
 // stream no longer holds them.
 func (t *term) catchUp(ctx context.Context, upTo uint64) bool {
 	p := t.p
-	ctx, cancel := context.WithTimeout(ctx, 10*p.r.cfg.JetStream.PinTTL)
+	ctx, cancel := context.WithTimeout(ctx, 10*p.env.cfg.JetStream.PinTTL)
 	defer cancel()
 	defer context.AfterFunc(t.pubCtx, cancel)()
-	oc, err := p.r.js.OrderedConsumer(ctx, p.r.cfg.JetStream.Stream, jetstream.OrderedConsumerConfig{
+	oc, err := p.env.js.OrderedConsumer(ctx, p.env.cfg.JetStream.Stream, jetstream.OrderedConsumerConfig{
 		FilterSubjects:    []string{p.subject},
 		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
 		OptStartSeq:       t.last + 1,
@@ -264,7 +189,7 @@ func (t *term) catchUp(ctx context.Context, upTo uint64) bool {
 			if empty++; empty >= 3 {
 				// upTo itself is in the stream: only a purge or age limit
 				// removes what lies before it.
-				p.r.log.Error("catch-up found nothing more; messages missing from the stream", "partition", p.n, "after", t.last, "before", upTo)
+				p.env.log.Error("catch-up found nothing more; messages missing from the stream", "partition", p.n, "after", t.last, "before", upTo)
 				return true
 			}
 		}
@@ -289,8 +214,8 @@ func (p *part) dropConsumer(oc jetstream.Consumer) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.fetchWait())
 	defer cancel()
-	if err := p.r.js.DeleteConsumer(ctx, p.r.cfg.JetStream.Stream, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		p.r.log.Debug("catch-up consumer not deleted; the server drops it once inactive", "partition", p.n, "consumer", info.Name, "inactive_threshold", catchUpInactive, "err", err)
+	if err := p.env.js.DeleteConsumer(ctx, p.env.cfg.JetStream.Stream, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		p.env.log.Debug("catch-up consumer not deleted; the server drops it once inactive", "partition", p.n, "consumer", info.Name, "inactive_threshold", catchUpInactive, "err", err)
 	}
 }
 
@@ -298,7 +223,7 @@ func (t *term) catchUpFailed(upTo uint64, err error) {
 	if t.fenced.Load() {
 		return // the term is over: nothing to tell
 	}
-	t.p.r.log.Warn("catch-up failed; the messages after it are redelivered and it is tried again",
+	t.p.env.log.Warn("catch-up failed; the messages after it are redelivered and it is tried again",
 		"partition", t.p.n, "from", t.last+1, "to", upTo-1, "err", err)
 }
 
@@ -308,7 +233,7 @@ func (t *term) catchUpFailed(upTo uint64, err error) {
 // catch up from the stream again.
 func (t *term) keepPin() {
 	p := t.p
-	if time.Until(time.Unix(0, t.lease.Load())) > p.r.cfg.JetStream.PinTTL/2 {
+	if time.Until(time.Unix(0, t.lease.Load())) > p.env.cfg.JetStream.PinTTL/2 {
 		return
 	}
 	sent := time.Now()
@@ -326,7 +251,7 @@ func (t *term) keepPin() {
 		t.fence()
 		return
 	}
-	t.lease.Store(sent.Add(p.r.cfg.JetStream.PinTTL - p.leaseMargin()).UnixNano())
+	t.lease.Store(sent.Add(p.env.cfg.JetStream.PinTTL - p.leaseMargin()).UnixNano())
 	t.consSeq = 0 // whatever was delivered is not applied: the next delivery catches up
 }
 
@@ -453,10 +378,10 @@ func (t *term) Save(ctx context.Context, seq uint64, snap [][]byte) (int64, erro
 		return 0, err
 	}
 	if old := t.object; old != "" && old != name {
-		_ = t.p.r.obs.Delete(ctx, old)
+		t.p.env.store.drop(ctx, old)
 	}
 	for _, d := range t.deltas {
-		_ = t.p.r.obs.Delete(ctx, d.Object)
+		t.p.env.store.drop(ctx, d.Object)
 	}
 	t.object, t.deltas = name, nil
 	return n, nil
@@ -488,54 +413,35 @@ func (t *term) objectName(seq uint64, suffix string) string {
 	return fmt.Sprintf("%s-e%d-s%d-r%d%s", t.p.key, t.epoch, seq, t.rev.Load(), suffix)
 }
 
-// record stores snap as object name, then writes rec (with this term's
-// epoch, owner and pin) as the checkpoint record by compare-and-set on
-// the revision the term wrote last. On failure the object goes; a
-// revision mismatch fences the term.
+// record stores snap as object name and writes rec, with this term's
+// epoch and pin, as the checkpoint record on the revision the term wrote
+// last; a revision mismatch fences the term.
 func (t *term) record(ctx context.Context, name string, snap [][]byte, rec record) (int64, error) {
-	p := t.p
 	if t.fenced.Load() {
 		return 0, errFenced
 	}
-	info, err := p.r.obs.Put(ctx, jetstream.ObjectMeta{Name: name}, parts(snap))
-	if err != nil {
-		return 0, fmt.Errorf("store snapshot %s: %w", name, err)
+	rec.Epoch, rec.Pin = t.epoch, t.pin
+	rev, n, err := t.p.env.store.put(ctx, t.p.key, name, snap, rec, t.rev.Load())
+	if errors.Is(err, errFenced) {
+		t.fence()
 	}
-	rec.Epoch, rec.Owner, rec.Pin, rec.AtMs = t.epoch, p.r.inst, t.pin, time.Now().UnixMilli()
-	val, _ := json.Marshal(rec)
-	rev, err := p.r.kv.Update(ctx, p.key, val, t.rev.Load())
 	if err != nil {
-		_ = p.r.obs.Delete(ctx, name)
-		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			t.fence()
-			return 0, errFenced
-		}
-		return 0, fmt.Errorf("update checkpoint record %s: %w", p.key, err)
+		return 0, err
 	}
 	t.rev.Store(rev)
-	p.ckptSeq.Store(rec.Seq)
-	p.r.log.Debug("checkpoint recorded", "partition", p.n, "epoch", t.epoch, "seq", rec.Seq, "object", name, "revision", rev)
-	return int64(info.Size), nil
+	t.p.ckptSeq.Store(rec.Seq)
+	t.p.env.log.Debug("checkpoint recorded", "partition", t.p.n, "epoch", t.epoch, "seq", rec.Seq, "object", name, "revision", rev)
+	return n, nil
 }
 
 // logResults leaves a trail of where a term's results went, at debug
 // level: one line per hand-over, naming its first and last keys, so that a
 // result missing downstream can be traced to the term that had it.
 func (t *term) logResults(msg string, rs []result.Record) {
-	log := t.p.r.log
+	log := t.p.env.log
 	if len(rs) == 0 || !log.Enabled(context.Background(), slog.LevelDebug) {
 		return
 	}
 	log.Debug(msg, "partition", t.p.n, "epoch", t.epoch, "applied_seq", t.p.processed.Load(), "results", len(rs),
 		"first", rs[0].Key(), "last", rs[len(rs)-1].Key())
-}
-
-// parts reads a snapshot's parts in turn, so that it goes to the object
-// store without being copied whole.
-func parts(snap [][]byte) io.Reader {
-	rs := make([]io.Reader, len(snap))
-	for i, p := range snap {
-		rs[i] = bytes.NewReader(p)
-	}
-	return io.MultiReader(rs...)
 }
