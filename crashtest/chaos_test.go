@@ -18,6 +18,7 @@ import (
 
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/engine"
+	"github.com/km0/edgeproc/internal/oracle"
 	"github.com/km0/edgeproc/internal/testenv"
 	"github.com/km0/edgeproc/market"
 	"github.com/km0/edgeproc/result"
@@ -232,7 +233,7 @@ func expectedVariants(tb testing.TB, cfg config.Config, msgs []testenv.Message) 
 			if all[k] == nil {
 				all[k] = map[string]bool{}
 			}
-			all[k][emittedRe.ReplaceAllString(string(buf), "")] = true
+			all[k][oracle.EmittedRe.ReplaceAllString(string(buf), "")] = true
 		}
 	})
 	pushAsLive(eng, msgs) // as expected() does
@@ -245,7 +246,8 @@ func expectedVariants(tb testing.TB, cfg config.Config, msgs []testenv.Message) 
 // twice (the duplicate window failed), an end_of_input in a live run.
 func incarnation(tb testing.TB, msgs []testenv.Stored) (byKey map[string]string, rejected map[string]bool, problems []string) {
 	tb.Helper()
-	byKey, rejected = map[string]string{}, map[string]bool{}
+	x := oracle.NewResults(oracle.EmittedRe, true)
+	seen := map[string]bool{}
 	for _, m := range msgs {
 		var r rec
 		if err := json.Unmarshal(m.Data, &r); err != nil {
@@ -254,15 +256,16 @@ func incarnation(tb testing.TB, msgs []testenv.Stored) (byKey map[string]string,
 		if id := m.Header.Get(jetstream.MsgIDHeader); id != r.Key {
 			problems = append(problems, fmt.Sprintf("message id %q, want the key %q", id, r.Key))
 		}
-		if _, dup := byKey[r.Key]; dup && r.Type != "rejected" {
+		if seen[r.Key] && r.Type != "rejected" {
 			problems = append(problems, fmt.Sprintf("key %s stored twice: the duplicate window did not drop a re-emission", r.Key))
 		}
+		seen[r.Key] = true
 		if bytes.Contains(m.Data, []byte(`"end_of_input":true`)) {
 			problems = append(problems, r.Key+" carries end_of_input in a live run")
 		}
-		addRecord(tb, m.Data, byKey, rejected)
+		x.Add(m.Data)
 	}
-	return byKey, rejected, problems
+	return x.ByKey(tb), x.Rejected(), problems
 }
 
 // settleAndCompareIncarnations is settleAndCompare for a results stream

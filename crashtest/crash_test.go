@@ -30,7 +30,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -42,9 +41,9 @@ import (
 
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/engine"
+	"github.com/km0/edgeproc/internal/oracle"
 	"github.com/km0/edgeproc/internal/testenv"
 	"github.com/km0/edgeproc/market"
-	"github.com/km0/edgeproc/result"
 )
 
 const (
@@ -203,8 +202,6 @@ func (s *supervisor) dumpLogs() {
 	s.tb.Logf("edgeproc logs (tail):\n%s", b)
 }
 
-var emittedRe = regexp.MustCompile(`,?"emitted_at_ms":-?\d+`)
-
 type rec struct {
 	Type   string `json:"type"`
 	Key    string `json:"key"`
@@ -222,16 +219,9 @@ func expected(tb testing.TB, cfg config.Config, msgs []testenv.Message) (map[str
 	tb.Helper()
 	ecfg := market.EngineConfig(cfg)
 	ecfg.Topic = cfg.MQTT.Topic
-	byKey, rejected := map[string]string{}, map[string]bool{}
-	var buf []byte
-	eng := engine.New(ecfg, func(rs []result.Record) {
-		for i := range rs {
-			buf = rs[i].AppendJSON(buf[:0])
-			addRecord(tb, buf, byKey, rejected)
-		}
-	})
-	pushAsLive(eng, msgs)
-	return byKey, rejected
+	x := oracle.NewResults(oracle.EmittedRe, true)
+	pushAsLive(engine.New(ecfg, x.Sink), msgs)
+	return x.ByKey(tb), x.Rejected()
 }
 
 // pushAsLive pushes msgs into eng as the live run meets them, then stops
@@ -257,21 +247,6 @@ func pushAsLive(eng *engine.Engine, msgs []testenv.Message) {
 	}
 	eng.Tick(arrival + 24*3600_000)
 	eng.Stop()
-}
-
-func addRecord(tb testing.TB, data []byte, byKey map[string]string, rejected map[string]bool) {
-	tb.Helper()
-	var r rec
-	if err := json.Unmarshal(data, &r); err != nil {
-		tb.Fatalf("result %q: %v", data, err)
-	}
-	if r.Type == "rejected" {
-		rejected[r.Reason+"\x00"+r.Raw] = true
-		return
-	}
-	if _, dup := byKey[r.Key]; !dup {
-		byKey[r.Key] = emittedRe.ReplaceAllString(string(data), "")
-	}
 }
 
 func streamCount(tb testing.TB, url, stream string) uint64 {
@@ -477,22 +452,9 @@ func settleAndCompare(t *testing.T, sup *supervisor, natsURL string, cfg config.
 	t.Logf("stream holds %d messages, want at least %d", last, minMsgs)
 	sup.stop()
 
-	gotByKey, gotRejected := map[string]string{}, map[string]bool{}
-	for _, m := range testenv.ReadStream(t, natsURL, cfg.NATS.Stream) {
-		var r rec
-		if err := json.Unmarshal(m.Data, &r); err != nil {
-			t.Fatalf("stream message %q: %v", m.Data, err)
-		}
-		if id := m.Header.Get(jetstream.MsgIDHeader); id != r.Key {
-			t.Errorf("message id %q, want the key %q", id, r.Key)
-		}
-		if _, dup := gotByKey[r.Key]; dup && r.Type != "rejected" {
-			t.Errorf("key %s stored twice: the duplicate window did not drop a re-emission", r.Key)
-		}
-		if bytes.Contains(m.Data, []byte(`"end_of_input":true`)) {
-			t.Errorf("%s carries end_of_input in a live run", r.Key)
-		}
-		addRecord(t, m.Data, gotByKey, gotRejected)
+	gotByKey, gotRejected, problems := incarnation(t, testenv.ReadStored(t, natsURL, cfg.NATS.Stream))
+	for _, p := range problems {
+		t.Error(p)
 	}
 	compare(t, gotByKey, wantByKey, gotRejected, wantRejected)
 }

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/km0/edgeproc/config"
+	"github.com/km0/edgeproc/internal/oracle"
 	"github.com/km0/edgeproc/internal/testenv"
-	"github.com/km0/edgeproc/internal/walreplay"
 )
 
 // TestSIGSTOP_IsNotSilence pauses `edgeproc run` (a real process, the
@@ -73,10 +73,10 @@ http: {listen: %q}
 			Key string `json:"key"`
 		}
 		if json.Unmarshal(m.Data, &r) == nil {
-			got[r.Key] = emittedRe.ReplaceAllString(string(m.Data), "")
+			got[r.Key] = oracle.EmittedRe.ReplaceAllString(string(m.Data), "")
 		}
 	}
-	want := walreplay.Results(t, cfg, emittedRe)
+	want := oracle.WALResults(t, cfg, oracle.EmittedRe)
 	if diffs := testenv.DiffResults(got, want, "the log's replay"); len(diffs) > 0 {
 		t.Errorf("%d differences between the stream and the log's replay; first: %v", len(diffs), diffs[:min(5, len(diffs))])
 	}

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/km0/edgeproc/config"
+	"github.com/km0/edgeproc/internal/oracle"
 	"github.com/km0/edgeproc/internal/testenv"
-	"github.com/km0/edgeproc/internal/walreplay"
 	"github.com/km0/edgeproc/service"
 )
 
@@ -56,5 +56,5 @@ http: {listen: "127.0.0.1:0"}
 	testenv.WaitFinalSilence(t, ns.URL(), cfg.NATS.Stream, last, 30*time.Second)
 	svc.stop(t, 15*time.Second)
 	testenv.CheckOnlyFinalSilence(t, ns.URL(), cfg.NATS.Stream, last)
-	compareResults(t, streamResults(t, ns.URL(), cfg.NATS.Stream), walreplay.Results(t, cfg, emittedRe))
+	compareResults(t, streamResults(t, ns.URL(), cfg.NATS.Stream), oracle.WALResults(t, cfg, oracle.EmittedRe))
 }

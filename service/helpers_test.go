@@ -17,6 +17,7 @@ import (
 
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/engine"
+	"github.com/km0/edgeproc/internal/oracle"
 	"github.com/km0/edgeproc/internal/testenv"
 	"github.com/km0/edgeproc/market"
 	"github.com/km0/edgeproc/replay"
@@ -184,12 +185,10 @@ func withArrival(p []byte, arrival int64) []byte {
 	return append(out, '}')
 }
 
-var (
-	emittedRe = regexp.MustCompile(`,?"emitted_at_ms":-?\d+`)
-	// The arrival withArrival put into a rejected payload, as escaped in
-	// the record's raw string.
-	rawArrivalRe = regexp.MustCompile(`,?\\"arrival_ms\\":\d+`)
-)
+// clockRe is what two runs over the same inputs may differ in: a
+// record's emitted_at_ms, and the arrival withArrival put into a rejected
+// payload, as escaped in the record's raw string (only a replay's has it).
+var clockRe = regexp.MustCompile(`,?"emitted_at_ms":-?\d+|,?\\"arrival_ms\\":\d+`)
 
 type record struct {
 	Type      string `json:"type"`
@@ -200,40 +199,40 @@ type record struct {
 
 // expectedResults replays the recorded inputs and returns, by key, the
 // records emitted before the end of the input (the first record of a
-// repeated key: the stream drops later ones as duplicates), with
-// emitted_at_ms removed.
+// repeated key: the stream drops later ones as duplicates), with what
+// differs between runs removed.
 func expectedResults(tb testing.TB, cfg config.Config, inputs []engine.Input) map[string]string {
+	tb.Helper()
+	return replayExpected(tb, market.EngineConfig(cfg), inputs, clockRe)
+}
+
+// replayExpected is expectedResults for an engine configuration of the
+// caller's, with strip removed from every record.
+func replayExpected(tb testing.TB, ecfg engine.Config, inputs []engine.Input, strip *regexp.Regexp) map[string]string {
 	tb.Helper()
 	file, last := replayFile(inputs)
 	var out bytes.Buffer
-	if _, err := replay.Run(market.EngineConfig(cfg), bytes.NewReader(file), &out); err != nil {
+	if _, err := replay.Run(ecfg, bytes.NewReader(file), &out); err != nil {
 		tb.Fatalf("replay: %v", err)
 	}
-	want := map[string]string{}
+	x := oracle.NewResults(strip, false)
 	for _, line := range bytes.Split(bytes.TrimSpace(out.Bytes()), []byte("\n")) {
 		var r record
 		if err := json.Unmarshal(line, &r); err != nil {
 			tb.Fatalf("replay output %q: %v", line, err)
 		}
-		if r.EOI || r.EmittedAt > last {
-			continue
-		}
-		s := emittedRe.ReplaceAllString(string(line), "")
-		if r.Type == "rejected" {
-			s = rawArrivalRe.ReplaceAllString(s, "")
-		}
-		if _, dup := want[r.Key]; !dup {
-			want[r.Key] = s
+		if !r.EOI && r.EmittedAt <= last {
+			x.Add(line)
 		}
 	}
-	return want
+	return x.ByKey(tb)
 }
 
 // streamResults returns the stream's messages by Nats-Msg-Id, with
 // emitted_at_ms removed, and fails on a testenv.Message whose id is not its key.
 func streamResults(tb testing.TB, url, stream string) map[string]string {
 	tb.Helper()
-	got := map[string]string{}
+	x := oracle.NewResults(clockRe, false)
 	for _, m := range testenv.ReadStream(tb, url, stream) {
 		var r record
 		if err := json.Unmarshal(m.Data, &r); err != nil {
@@ -245,9 +244,9 @@ func streamResults(tb testing.TB, url, stream string) map[string]string {
 		if want := "." + r.Type; r.Type != "late" && r.Type != "rejected" && !strings.HasSuffix(m.Subject, want) {
 			tb.Errorf("%s on subject %s, want a subject ending %s", r.Key, m.Subject, want)
 		}
-		got[r.Key] = emittedRe.ReplaceAllString(string(m.Data), "")
+		x.Add(m.Data)
 	}
-	return got
+	return x.ByKey(tb)
 }
 
 // compareResults requires got and want to hold the same keys with the same

@@ -15,7 +15,6 @@ import (
 	"github.com/km0/edgeproc/engine"
 	"github.com/km0/edgeproc/internal/testenv"
 	"github.com/km0/edgeproc/market"
-	"github.com/km0/edgeproc/replay"
 	"github.com/km0/edgeproc/service"
 )
 
@@ -122,9 +121,9 @@ func TestRun_OwnTracksLiveEqualsReplay(t *testing.T) {
 	}
 }
 
-// topicRe is the topic expectedOwnTracks put into a rejected payload, as
-// escaped in the record's raw string.
-var topicRe = regexp.MustCompile(`,\\"topic\\":\\"[^\\]*\\"`)
+// ownTracksClockRe is clockRe and the topic expectedOwnTracks put into
+// a rejected payload, as escaped in the record's raw string.
+var ownTracksClockRe = regexp.MustCompile(clockRe.String() + `|,\\"topic\\":\\"[^\\]*\\"`)
 
 // expectedOwnTracks is expectedResults for an OwnTracks market: each
 // recorded payload becomes a replay line carrying its topic and arrival.
@@ -135,31 +134,9 @@ func expectedOwnTracks(tb testing.TB, cfg config.Config, inputs []engine.Input) 
 		lines[i] = in
 		lines[i].Payload = withMember(in.Payload, "topic", in.Topic)
 	}
-	file, last := replayFile(lines)
 	ecfg := market.EngineConfig(cfg)
 	ecfg.Topic = cfg.MQTT.Topic
-	var out bytes.Buffer
-	if _, err := replay.Run(ecfg, bytes.NewReader(file), &out); err != nil {
-		tb.Fatalf("replay: %v", err)
-	}
-	want := map[string]string{}
-	for _, line := range bytes.Split(bytes.TrimSpace(out.Bytes()), []byte("\n")) {
-		var r record
-		if err := json.Unmarshal(line, &r); err != nil {
-			tb.Fatalf("replay output %q: %v", line, err)
-		}
-		if r.EOI || r.EmittedAt > last {
-			continue
-		}
-		s := emittedRe.ReplaceAllString(string(line), "")
-		if r.Type == "rejected" {
-			s = topicRe.ReplaceAllString(rawArrivalRe.ReplaceAllString(s, ""), "")
-		}
-		if _, dup := want[r.Key]; !dup {
-			want[r.Key] = s
-		}
-	}
-	return want
+	return replayExpected(tb, ecfg, lines, ownTracksClockRe)
 }
 
 // withMember adds "name":"value" (value plain ASCII) to a payload that
