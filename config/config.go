@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -107,96 +106,8 @@ var Formats = []string{"edgeproc", "owntracks"}
 // OwnTracksCouriers are the accepted values of mqtt.owntracks_courier.
 var OwnTracksCouriers = []string{"user", "device"}
 
-// Ingests are the accepted values of jetstream.ingest.
-var Ingests = []string{"gateway", "mqtt"}
-
 // Sources are the accepted values of source.
 var Sources = []string{"mqtt", "jetstream"}
-
-// PartitionToken is the subject token of JetStream.Subject replaced by a
-// partition's number.
-const PartitionToken = "{partition}"
-
-// MaxPartitions bounds jetstream.partitions: each partition is a consumer,
-// an engine and a checkpoint.
-const MaxPartitions = 1024
-
-// JetStream is the partitioned stream source (yaml key jetstream), used
-// when Source is "jetstream". Positions are read from the stream by one
-// durable pull consumer per partition with the pinned_client priority
-// policy, so that one running instance owns each partition; the stream is
-// the log and checkpoints are kept in JetStream (see package partition).
-// NATS.URL is the server for both the positions and the results.
-type JetStream struct {
-	// Stream holds the positions (yaml stream). Created with Replicas
-	// replicas if missing. Default "POSITIONS_" + upper(MARKET), '-' -> '_'.
-	Stream string
-	// Subject is the subject pattern of one partition's positions (yaml
-	// subject): dot-separated tokens, one of them exactly "{partition}"
-	// (the partition number, 0 to Partitions-1) and the last one "*" (the
-	// courier id). It must agree with the server's subject mapping, e.g.
-	// "km0.*.positions.*": "part.{{wildcard(1)}}.{{partition(4,2)}}.{{wildcard(2)}}".
-	// Default "part.MARKET.{partition}.*".
-	Subject string
-	// Partitions is the number of partitions, the N of the mapping's
-	// partition(N, ...). Default 1; 1 to 1024. Changing it reassigns
-	// couriers: start from empty checkpoints (see docs/scale-out.md).
-	Partitions int
-	// Consumer names the durable consumers (yaml consumer): partition n's is
-	// CONSUMER-n. Default "edgeproc-MARKET".
-	Consumer string
-	// PinTTL is how long a partition's owner may go without asking for
-	// messages before the server unpins it and another instance takes over
-	// (yaml pin_ttl): the takeover delay after an owner dies. Default 10s;
-	// at least 1s, whole milliseconds.
-	PinTTL time.Duration
-	// MaxOwned caps how many partitions this instance owns at once (yaml
-	// max_owned). The instances balance by themselves (each owns about
-	// partitions / instances, see package partition); the cap bounds one
-	// instance's load whatever the others do. Default 0: no cap.
-	MaxOwned int
-	// Replicas of the positions stream (when created here), the results
-	// stream and courier bucket, and the checkpoint bucket and object
-	// store. Default 3; 1 to 5.
-	Replicas int
-	// MaxAge bounds how long the positions stream keeps a message (yaml
-	// max_age; applied when edgeproc creates the stream): 0 keeps them
-	// until MaxBytes, or forever. A new owner resumes from the partition's
-	// last recorded checkpoint, so the stream must outlive it: at least
-	// MinPositionsMaxAge and 10 × state.checkpoint_interval. Default 24h;
-	// whole seconds.
-	MaxAge time.Duration
-	// MaxBytes bounds the positions stream's size (yaml max_bytes, like
-	// nats.max_bytes; applied when edgeproc creates the stream): past it
-	// the oldest positions are deleted, checkpointed or not, which a new
-	// owner reports as missing. Default 0: no size bound.
-	MaxBytes int64
-	// Ingest is how positions reach the stream (yaml ingest): "gateway"
-	// (nats-server's MQTT gateway and subject mapping store them; the
-	// gateway acks a phone once its own store has a position, before the
-	// positions stream does) or "mqtt" (the phones publish to the
-	// market's broker, the mqtt section; every instance relays every
-	// position into the stream, which keeps one copy, and acks it to the
-	// broker only once the stream has stored it). Default "mqtt": the one
-	// that acks a phone only once its position is durable in the stream
-	// whatever node dies (contract §8; docs/scale-out.md).
-	Ingest string
-	// Instance names this process in ownership records, logs and metrics;
-	// it must differ between the instances of a market. Default empty:
-	// the host name and process id.
-	Instance string
-}
-
-// MinPositionsMaxAge is the shortest jetstream.max_age accepted: a
-// checkpoint that cannot be recorded for that long (the results stream
-// without a leader) would leave a successor positions it cannot read.
-const MinPositionsMaxAge = time.Hour
-
-// PartitionSubject is the filter subject of partition n's positions:
-// Subject with "{partition}" replaced by n.
-func (j JetStream) PartitionSubject(n int) string {
-	return strings.Replace(j.Subject, PartitionToken, strconv.Itoa(n), 1)
-}
 
 // NATS is where results go (yaml key nats).
 type NATS struct {
@@ -204,8 +115,9 @@ type NATS struct {
 	// separated by commas, or the literal "embedded". Credentials in the
 	// URL are refused. Default "nats://127.0.0.1:4222".
 	URL string
-	// SubjectPrefix starts every subject (yaml subject_prefix), e.g.
-	// "delivery" -> delivery.dashboard.MARKET.TYPE. Default "delivery".
+	// SubjectPrefix starts every subject (yaml subject_prefix): with
+	// "delivery", results go to delivery.dashboard.MARKET.TYPE. Default
+	// "delivery".
 	// Dot-separated tokens, each non-empty, with no spaces, '*' or '>'.
 	SubjectPrefix string
 	// CredsEnv names the environment variable holding the NATS user
@@ -373,7 +285,7 @@ type HTTP struct {
 	Board bool
 	// BoardTiles is an optional map tile URL template for the board's
 	// background, http(s)://… or /… with {z}, {x} and {y} (yaml
-	// board_tiles), e.g. a tile server on the site's network. Default
+	// board_tiles), such as a tile server on the site's network. Default
 	// empty: positions on a plain projected canvas with a scale.
 	BoardTiles string
 	// WebConfig is a web configuration file in the Prometheus exporters'
@@ -600,54 +512,6 @@ func open(path string) (*os.File, error) {
 	return f, nil
 }
 
-// LoadLive is Load for the commands that connect (run, check-config): it
-// also requires every environment variable the file names (password_env,
-// creds_env) to be set and non-empty, reporting each that is not as a
-// *FieldError (ErrEnvUnset) naming the key and the variable. Load alone
-// does not, so a replay does not need the secrets.
-func LoadLive(path string) (Config, error) {
-	f, err := open(path)
-	if err != nil {
-		return Config{}, err
-	}
-	defer f.Close()
-	c, lines, err := parse(f, path)
-	if err != nil {
-		return Config{}, err
-	}
-	fes := c.checkEnv(os.LookupEnv)
-	for _, fe := range fes {
-		fe.File, fe.Line = path, lines[fe.Field]
-	}
-	if len(fes) > 0 {
-		return Config{}, joinFieldErrors(fes)
-	}
-	return c, nil
-}
-
-// checkEnv reports each secret variable the config names that lookup does
-// not find set and non-empty.
-func (c Config) checkEnv(lookup func(string) (string, bool)) []*FieldError {
-	var fes []*FieldError
-	for _, f := range []struct{ key, name string }{
-		{"mqtt.password_env", c.MQTT.PasswordEnv},
-		{"nats.creds_env", c.NATS.CredsEnv},
-	} {
-		if f.name == "" {
-			continue
-		}
-		switch v, ok := lookup(f.name); {
-		case !ok:
-			fes = append(fes, &FieldError{Field: f.key, Value: f.name, Err: ErrEnvUnset,
-				Reason: "environment variable " + f.name + " is not set"})
-		case v == "":
-			fes = append(fes, &FieldError{Field: f.key, Value: f.name, Err: ErrEnvUnset,
-				Reason: "environment variable " + f.name + " is set but empty"})
-		}
-	}
-	return fes
-}
-
 // fillMarketDefaults sets the defaults that depend on the market name, only
 // for keys the file did not set (a key set to null counts as not set), and
 // returns the keys it filled.
@@ -678,24 +542,4 @@ func (c Config) Location() *time.Location {
 		return time.UTC
 	}
 	return loc
-}
-
-// Password returns the MQTT password: the value of the environment variable
-// named by PasswordEnv, read now, or "" when PasswordEnv is empty or the
-// variable is unset.
-func (m MQTT) Password() string {
-	if m.PasswordEnv == "" {
-		return ""
-	}
-	return os.Getenv(m.PasswordEnv)
-}
-
-// Creds returns the NATS user credentials (the text of a .creds file, JWT
-// and seed): the value of the environment variable named by CredsEnv, read
-// now, or "" when CredsEnv is empty or the variable is unset.
-func (n NATS) Creds() string {
-	if n.CredsEnv == "" {
-		return ""
-	}
-	return os.Getenv(n.CredsEnv)
 }

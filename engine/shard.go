@@ -225,22 +225,28 @@ func (s *shard) apply(ev *event) {
 		})
 	}
 	if p.area != nil {
-		if c.area == nil {
-			c.area = &geo.Presence{}
-		}
-		if left, at, ok := c.area.Step(p.area, geo.Fix{TS: ev.ts, Lat: ev.lat, Lon: ev.lon}); ok {
-			typ := result.EnteredArea
-			if left == geo.Inside {
-				typ = result.LeftArea
-			}
-			s.emit(result.Record{
-				Type: typ, Courier: c.name, EmittedAt: ev.clock,
-				Order: result.Order{Seq: ev.seq, Rank: 4},
-				TS:    at.TS, Lat: at.Lat, Lon: at.Lon, Cell: geo.Cell(at.Lat, at.Lon, p.res),
-			})
-		}
+		s.stepArea(c, ev)
 	}
 	s.schedule(c)
+}
+
+// stepArea follows c's side of the service area with ev: a move out or
+// in is a left_area or entered_area result.
+func (s *shard) stepArea(c *courier, ev *event) {
+	if c.area == nil {
+		c.area = &geo.Presence{}
+	}
+	if left, at, ok := c.area.Step(s.p.area, geo.Fix{TS: ev.ts, Lat: ev.lat, Lon: ev.lon}); ok {
+		typ := result.EnteredArea
+		if left == geo.Inside {
+			typ = result.LeftArea
+		}
+		s.emit(result.Record{
+			Type: typ, Courier: c.name, EmittedAt: ev.clock,
+			Order: result.Order{Seq: ev.seq, Rank: 4},
+			TS:    at.TS, Lat: at.Lat, Lon: at.Lon, Cell: geo.Cell(at.Lat, at.Lon, s.p.res),
+		})
+	}
 }
 
 // secondsHint counts a late position whose timestamp_ms reads as seconds

@@ -237,99 +237,119 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 }
 
 func (c *Collector) collect(ch chan<- prometheus.Metric, name string, s Snapshot, now time.Time) {
-	counter := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, append([]string{name}, labels...)...)
-	}
-	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append([]string{name}, labels...)...)
-	}
+	e := emitter{ch: ch, name: name}
 	if s.HasEngine {
-		e := s.Engine
-		counter(dReceived, float64(e.Received))
-		counter(dAccepted, float64(e.Accepted))
-		for _, k := range sortedKeys(e.Rejected) {
-			counter(dRejected, float64(e.Rejected[k]), k)
-		}
-		for _, k := range sortedKeys(e.Ignored) {
-			counter(dIgnored, float64(e.Ignored[k]), k)
-		}
-		counter(dSecondsLate, float64(e.SecondsLate))
-		counter(dDuplicates, float64(e.Duplicates))
-		counter(dLate, float64(e.LateDistance), "distance")
-		counter(dLate, float64(e.LateSession), "session")
-		counter(dMissed, float64(e.MissedMemberships))
-		counter(dRevisions, float64(e.Revisions))
-		counter(dRecovered, float64(e.Recovered))
-		for _, k := range sortedKeys(e.Results) {
-			counter(dResults, float64(e.Results[k]), k)
-		}
-		gauge(dCouriers, float64(e.Couriers))
-		counter(dEvicted, float64(e.Evicted))
-		counter(dZoneRefused, float64(e.DeadZoneRefused))
-		gauge(dInFlight, float64(e.InFlight))
-		gauge(dInFlightMx, float64(e.InFlightMax))
-		if e.Watermark != tmath.Never && e.Watermark != tmath.Forever {
-			gauge(dWatermark, float64(e.Watermark)/1000)
-			gauge(dLag, float64(now.UnixMilli()-e.Watermark)/1000)
-		}
+		e.engine(s.Engine, now)
 	}
-	gauge(dQueue, float64(s.QueueDepth))
-	gauge(dQueueCap, float64(s.QueueCapacity))
-
+	e.gauge(dQueue, float64(s.QueueDepth))
+	e.gauge(dQueueCap, float64(s.QueueCapacity))
 	if s.HasBridge {
-		b := s.Bridge
-		counter(dPublished, float64(b.Published))
-		counter(dAcked, float64(b.Acked))
-		counter(dBDup, float64(b.Duplicates))
-		counter(dBErrors, float64(b.Errors))
-		counter(dBRetries, float64(b.Retries))
-		gauge(dPending, float64(b.Pending))
-		counter(dKVWrites, float64(b.KVWrites))
-		counter(dKVErrors, float64(b.KVErrors))
-		counter(dKVRefused, float64(b.KVRefused))
-		counter(dKVEvicted, float64(b.KVEvicted))
-		counter(dRecreated, float64(b.StreamRecreated), "stream")
-		counter(dRecreated, float64(b.KVRecreated), "bucket")
+		e.bridge(s.Bridge)
 	}
-	gauge(dReady, bool01(s.Ready))
-	gauge(dFailed, bool01(s.Failed))
-	gauge(dNATSUp, bool01(s.HasBridge && s.Bridge.Connected))
-	gauge(dStreamUp, bool01(s.StreamReady))
-
-	gauge(dMQTTUp, bool01(s.HasMQTT && s.MQTT.Connected))
+	e.gauge(dReady, bool01(s.Ready))
+	e.gauge(dFailed, bool01(s.Failed))
+	e.gauge(dNATSUp, bool01(s.HasBridge && s.Bridge.Connected))
+	e.gauge(dStreamUp, bool01(s.StreamReady))
+	e.gauge(dMQTTUp, bool01(s.HasMQTT && s.MQTT.Connected))
 	if s.HasMQTT {
-		q := s.MQTT
-		counter(dMQTTRecv, float64(q.Received))
-		counter(dMQTTRedel, float64(q.Redelivered))
-		counter(dMQTTResent, float64(q.Resent))
-		gauge(dMQTTOut, float64(q.Outstanding))
-		counter(dMQTTReconn, float64(q.Reconnects))
-		counter(dMQTTLost, float64(q.SessionsLost))
+		e.mqtt(s.MQTT)
 	}
 	if s.HasDurability {
-		d := s.Durability
-		if !d.LastCheckpoint.IsZero() {
-			gauge(dCkptAge, max(0, now.Sub(d.LastCheckpoint).Seconds()))
-		}
-		gauge(dCkptDur, d.CheckpointDuration.Seconds())
-		gauge(dCkptBytes, float64(d.CheckpointBytes))
-		counter(dCkpts, float64(d.Checkpoints))
-		counter(dCkptFail, float64(d.CheckpointFailures))
-		counter(dCkptSkip, float64(d.CheckpointsSkipped))
-		counter(dCkptIncr, float64(d.CheckpointsIncremental))
-		gauge(dWALBytes, float64(d.WALBytes))
-		counter(dWALRepairs, float64(d.WALRepairs))
-		gauge(dWALStalled, bool01(d.WALStalled))
-		counter(dWALStalls, float64(d.WALStalls))
-		h := d.Fsync
-		ch <- prometheus.MustNewConstHistogram(dWALFsync, h.Count, h.Sum, h.Buckets, name)
-		gauge(dReplayed, float64(d.Replayed))
-		gauge(dRecoveryDur, d.RecoveryDuration.Seconds())
+		e.durability(s.Durability, now)
 	}
 	if s.HasResultLatency {
 		h := s.ResultLatency
 		ch <- prometheus.MustNewConstHistogram(dLatency, h.Count, h.Sum, h.Buckets, name)
 	}
+}
+
+// emitter sends one market's series, the market's name as their first
+// label.
+type emitter struct {
+	ch   chan<- prometheus.Metric
+	name string
+}
+
+func (e emitter) counter(d *prometheus.Desc, v float64, labels ...string) {
+	e.ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, append([]string{e.name}, labels...)...)
+}
+
+func (e emitter) gauge(d *prometheus.Desc, v float64, labels ...string) {
+	e.ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append([]string{e.name}, labels...)...)
+}
+
+func (e emitter) engine(st engine.Stats, now time.Time) {
+	e.counter(dReceived, float64(st.Received))
+	e.counter(dAccepted, float64(st.Accepted))
+	for _, k := range sortedKeys(st.Rejected) {
+		e.counter(dRejected, float64(st.Rejected[k]), k)
+	}
+	for _, k := range sortedKeys(st.Ignored) {
+		e.counter(dIgnored, float64(st.Ignored[k]), k)
+	}
+	e.counter(dSecondsLate, float64(st.SecondsLate))
+	e.counter(dDuplicates, float64(st.Duplicates))
+	e.counter(dLate, float64(st.LateDistance), "distance")
+	e.counter(dLate, float64(st.LateSession), "session")
+	e.counter(dMissed, float64(st.MissedMemberships))
+	e.counter(dRevisions, float64(st.Revisions))
+	e.counter(dRecovered, float64(st.Recovered))
+	for _, k := range sortedKeys(st.Results) {
+		e.counter(dResults, float64(st.Results[k]), k)
+	}
+	e.gauge(dCouriers, float64(st.Couriers))
+	e.counter(dEvicted, float64(st.Evicted))
+	e.counter(dZoneRefused, float64(st.DeadZoneRefused))
+	e.gauge(dInFlight, float64(st.InFlight))
+	e.gauge(dInFlightMx, float64(st.InFlightMax))
+	if st.Watermark != tmath.Never && st.Watermark != tmath.Forever {
+		e.gauge(dWatermark, float64(st.Watermark)/1000)
+		e.gauge(dLag, float64(now.UnixMilli()-st.Watermark)/1000)
+	}
+}
+
+func (e emitter) bridge(b bridge.Stats) {
+	e.counter(dPublished, float64(b.Published))
+	e.counter(dAcked, float64(b.Acked))
+	e.counter(dBDup, float64(b.Duplicates))
+	e.counter(dBErrors, float64(b.Errors))
+	e.counter(dBRetries, float64(b.Retries))
+	e.gauge(dPending, float64(b.Pending))
+	e.counter(dKVWrites, float64(b.KVWrites))
+	e.counter(dKVErrors, float64(b.KVErrors))
+	e.counter(dKVRefused, float64(b.KVRefused))
+	e.counter(dKVEvicted, float64(b.KVEvicted))
+	e.counter(dRecreated, float64(b.StreamRecreated), "stream")
+	e.counter(dRecreated, float64(b.KVRecreated), "bucket")
+}
+
+func (e emitter) mqtt(q mqtt.Stats) {
+	e.counter(dMQTTRecv, float64(q.Received))
+	e.counter(dMQTTRedel, float64(q.Redelivered))
+	e.counter(dMQTTResent, float64(q.Resent))
+	e.gauge(dMQTTOut, float64(q.Outstanding))
+	e.counter(dMQTTReconn, float64(q.Reconnects))
+	e.counter(dMQTTLost, float64(q.SessionsLost))
+}
+
+func (e emitter) durability(d Durability, now time.Time) {
+	if !d.LastCheckpoint.IsZero() {
+		e.gauge(dCkptAge, max(0, now.Sub(d.LastCheckpoint).Seconds()))
+	}
+	e.gauge(dCkptDur, d.CheckpointDuration.Seconds())
+	e.gauge(dCkptBytes, float64(d.CheckpointBytes))
+	e.counter(dCkpts, float64(d.Checkpoints))
+	e.counter(dCkptFail, float64(d.CheckpointFailures))
+	e.counter(dCkptSkip, float64(d.CheckpointsSkipped))
+	e.counter(dCkptIncr, float64(d.CheckpointsIncremental))
+	e.gauge(dWALBytes, float64(d.WALBytes))
+	e.counter(dWALRepairs, float64(d.WALRepairs))
+	e.gauge(dWALStalled, bool01(d.WALStalled))
+	e.counter(dWALStalls, float64(d.WALStalls))
+	h := d.Fsync
+	e.ch <- prometheus.MustNewConstHistogram(dWALFsync, h.Count, h.Sum, h.Buckets, e.name)
+	e.gauge(dReplayed, float64(d.Replayed))
+	e.gauge(dRecoveryDur, d.RecoveryDuration.Seconds())
 }
 
 func bool01(b bool) float64 {

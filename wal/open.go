@@ -234,21 +234,36 @@ func openRepaired(dir string, opt Options, log *slog.Logger) (*twal.Log, RepairR
 		return nil, RepairReport{}, fmt.Errorf("wal: open %s: no segment files: %w", dir, err)
 	}
 
+	rep, err := repairTail(segs, closeTW, log)
+	if err != nil {
+		closeTW()
+		return nil, rep, err
+	}
+	if tw == nil {
+		tw, err = twal.Open(dir, tidwallOptions(opt))
+		if err != nil {
+			return nil, rep, fmt.Errorf("wal: open %s after repair: %w", dir, err)
+		}
+	}
+	return tw, rep, nil
+}
+
+// repairTail checks every segment in order: damage in any but the last is
+// not a torn write and fails; a damaged last one is cut after its last
+// good entry (closeTW first: tidwall may hold it open) and reported.
+func repairTail(segs []segmentFile, closeTW func(), log *slog.Logger) (RepairReport, error) {
 	var rep RepairReport
 	for i, seg := range segs {
 		r, serr := scanSegment(seg)
 		if serr != nil {
-			closeTW()
-			return nil, rep, fmt.Errorf("wal: %w", serr)
+			return rep, fmt.Errorf("wal: %w", serr)
 		}
 		if i < len(segs)-1 {
 			if r.damage != nil {
-				closeTW()
-				return nil, rep, fmt.Errorf("%w (not the last segment, so not a torn write: restore the directory or remove it and accept the loss)", r.damage)
+				return rep, fmt.Errorf("%w (not the last segment, so not a torn write: restore the directory or remove it and accept the loss)", r.damage)
 			}
 			if next := seg.index + uint64(r.entries); next != segs[i+1].index {
-				closeTW()
-				return nil, rep, &CorruptError{Segment: segs[i+1].path, Offset: 0, Index: next,
+				return rep, &CorruptError{Segment: segs[i+1].path, Offset: 0, Index: next,
 					Err: fmt.Errorf("%w: segment %s ends before index %d, next segment starts at %d",
 						ErrMalformed, seg.path, next, segs[i+1].index)}
 			}
@@ -266,19 +281,13 @@ func openRepaired(dir string, opt Options, log *slog.Logger) (*twal.Log, RepairR
 			EntriesDropped: r.dropped,
 			Cause:          r.damage.Err,
 		}
-		closeTW()
+		closeTW() // tidwall keeps the last segment open for appending
 		if cerr := cutFile(seg.path, r.valid); cerr != nil {
-			return nil, rep, fmt.Errorf("wal: repair: %w", cerr)
+			return rep, fmt.Errorf("wal: repair: %w", cerr)
 		}
 		log.Warn("wal: repaired torn or corrupt tail", "segment", seg.path, "offset", rep.Offset,
 			"bytes_dropped", rep.BytesDropped, "entries_dropped", rep.EntriesDropped,
 			"first_dropped_index", rep.Index, "cause", rep.Cause)
 	}
-	if tw == nil {
-		tw, err = twal.Open(dir, tidwallOptions(opt))
-		if err != nil {
-			return nil, rep, fmt.Errorf("wal: open %s after repair: %w", dir, err)
-		}
-	}
-	return tw, rep, nil
+	return rep, nil
 }

@@ -31,7 +31,6 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/km0/edgeproc/entry"
@@ -379,70 +378,6 @@ func (l *Log) writeEntries(q *queue, lo, hi int) error {
 	}
 }
 
-// isNoSpace reports whether err is a full disk or an exhausted quota.
-func isNoSpace(err error) bool {
-	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
-}
-
-// stall records that the writer waits out cause, logging its start.
-func (l *Log) stall(cause error, retry time.Duration) {
-	l.mu.Lock()
-	first := l.stallCause == nil
-	l.stallCause = cause
-	if first {
-		l.stallSince = time.Now()
-	}
-	pending := l.pending
-	l.mu.Unlock()
-	if first {
-		l.stalls.Add(1)
-		l.log.Warn("wal: disk full; acking nothing until the write succeeds", "dir", l.dir,
-			"err", cause, "pending", pending, "retry_in", retry)
-	}
-}
-
-func (l *Log) endStall() {
-	l.mu.Lock()
-	cause, since := l.stallCause, l.stallSince
-	l.stallCause = nil
-	l.mu.Unlock()
-	if cause != nil {
-		l.log.Info("wal: disk has room again; resumed", "dir", l.dir, "stalled_for", time.Since(since).Round(time.Millisecond))
-	}
-}
-
-// reopen closes tidwall and opens it again, cutting a partial record a
-// failed write left at the tail. Only the writer calls it.
-func (l *Log) reopen() error {
-	l.twMu.Lock()
-	defer l.twMu.Unlock()
-	// Closing twice is harmless (tidwall answers ErrClosed), and a closed
-	// tw stays in place if the reopen fails, so readers get ErrClosed.
-	// tidwall's Close fsyncs first, and a failed fsync is fatal here too.
-	if err := l.tw.Close(); err != nil && !errors.Is(err, twal.ErrClosed) {
-		// %v, not %w: a failed fsync must not look like a full disk to retry.
-		return fmt.Errorf("wal: close %s to reopen it after a full disk: %v", l.dir, err)
-	}
-	tw, _, err := openRepaired(l.dir, l.opt, slog.New(slog.DiscardHandler))
-	if err != nil {
-		return fmt.Errorf("wal: reopen %s after a full disk: %w", l.dir, err)
-	}
-	last, err := tw.LastIndex()
-	if err == nil && last < l.written.Load() {
-		err = fmt.Errorf("%w: reopened log ends at index %d, before written index %d", ErrCorrupt, last, l.written.Load())
-	}
-	if err != nil {
-		tw.Close()
-		return fmt.Errorf("wal: reopen %s after a full disk: %w", l.dir, err)
-	}
-	l.tw = tw
-	l.written.Store(last)
-	if size, err := dirBytes(l.dir); err == nil {
-		l.bytes.Store(size)
-	}
-	return nil
-}
-
 // write hands q.metas[lo:hi] to tidwall.
 func (l *Log) write(q *queue, lo, hi int) error {
 	start, size := 0, 0
@@ -538,85 +473,6 @@ func (l *Log) LastIndex() uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.next - 1
-}
-
-// Replay calls fn for every entry with index >= from, in index order, up to
-// the last entry written when Replay was called. A from below FirstIndex
-// starts at FirstIndex (entries before it were truncated away). It is meant
-// for start-up, before appends, but is safe at any time. The entry.Entry's Payload
-// aliases the log's buffers (see entry.Entry). A corrupt entry stops it with a
-// *CorruptError carrying the index; an error from fn stops it and is
-// returned wrapped with the index.
-func (l *Log) Replay(from uint64, fn func(index uint64, e entry.Entry) error) error {
-	l.mu.Lock()
-	closing := l.closing
-	l.mu.Unlock()
-	if closing {
-		return ErrClosed
-	}
-	from = max(from, l.first.Load())
-	last := l.written.Load()
-	for i := from; i <= last; i++ {
-		l.twMu.RLock()
-		data, err := l.tw.Read(i)
-		l.twMu.RUnlock()
-		if err != nil {
-			if errors.Is(err, twal.ErrClosed) {
-				return ErrClosed
-			}
-			return fmt.Errorf("wal: read index %d from %s: %w", i, l.dir, err)
-		}
-		e, err := decodeFrame(i, data)
-		if err != nil {
-			return err
-		}
-		if err := fn(i, e); err != nil {
-			return fmt.Errorf("wal: replay index %d: %w", i, err)
-		}
-	}
-	return nil
-}
-
-// TruncateFront drops the entries before index, once a checkpoint covers
-// them; index becomes FirstIndex. An index at or below FirstIndex does
-// nothing; LastIndex()+1 empties the log. Entries still waiting to be written
-// are synced first. It rewrites the rest of the segment holding index and
-// fsyncs it, so it costs up to one SegmentSize write: call it at
-// checkpoints, not per entry.
-func (l *Log) TruncateFront(index uint64) error {
-	l.truncMu.Lock()
-	defer l.truncMu.Unlock()
-	l.mu.Lock()
-	closing, last := l.closing, l.next-1
-	l.mu.Unlock()
-	if closing {
-		return ErrClosed
-	}
-	if index <= l.first.Load() {
-		return nil
-	}
-	if index > last+1 {
-		return fmt.Errorf("wal: truncate front of %s to index %d: beyond the last index %d", l.dir, index, last)
-	}
-	if index-1 > l.written.Load() {
-		if err := l.Sync(); err != nil {
-			return err
-		}
-	}
-	l.twMu.RLock()
-	err := l.tw.TruncateFront(index)
-	l.twMu.RUnlock()
-	if err != nil {
-		if errors.Is(err, twal.ErrClosed) {
-			return ErrClosed
-		}
-		return fmt.Errorf("wal: truncate front of %s to index %d: %w", l.dir, index, err)
-	}
-	l.first.Store(index)
-	if size, err := dirBytes(l.dir); err == nil {
-		l.bytes.Store(size)
-	}
-	return nil
 }
 
 // Stats are counters since Open, for metrics.
