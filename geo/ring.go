@@ -164,19 +164,7 @@ type crossing struct {
 // j. tests is how many pairs of edges it compared; past budget it stops
 // (ok false, tests > budget).
 func crossingOf(loop h3.GeoLoop, budget int) (c crossing, ok bool, tests int) {
-	// Repeated consecutive positions make zero-length edges: drop them,
-	// keeping each kept vertex's position in the file for the report.
-	var pts []h3.LatLng
-	var pos []int
-	for i, p := range loop {
-		if len(pts) > 0 && pts[len(pts)-1] == p {
-			continue
-		}
-		pts, pos = append(pts, p), append(pos, i)
-	}
-	for len(pts) > 1 && pts[len(pts)-1] == pts[0] {
-		pts, pos = pts[:len(pts)-1], pos[:len(pos)-1]
-	}
+	pts, pos := distinctVertices(loop)
 	m := len(pts)
 	if m < 3 {
 		return crossing{}, false, 0
@@ -200,40 +188,7 @@ func crossingOf(loop h3.GeoLoop, budget int) (c crossing, ok bool, tests int) {
 		}
 	}
 
-	// A sparse grid of square cells about twice the mean edge long, so
-	// that an edge lies in a few cells and a cell holds a few edges; long
-	// edges that would fill too many cells make the cells coarser.
-	var length float64
-	for i := range m {
-		a, b := pts[i], pts[(i+1)%m]
-		length += math.Hypot(b.Lng-a.Lng, b.Lat-a.Lat)
-	}
-	size := 2 * length / float64(m)
-	s, _, w, _ := bounds(pts)
-	type key struct{ x, y int }
-	var grid map[key][]int32
-	for {
-		at := func(v, lo float64) int { return int(math.Floor((v - lo) / size)) }
-		entries := 0
-		for i := range m {
-			a, b := pts[i], pts[(i+1)%m]
-			entries += (at(max(a.Lng, b.Lng), w) - at(min(a.Lng, b.Lng), w) + 1) * (at(max(a.Lat, b.Lat), s) - at(min(a.Lat, b.Lat), s) + 1)
-		}
-		if entries > 16*m {
-			size *= 2
-			continue
-		}
-		grid = make(map[key][]int32, entries)
-		for i := range m {
-			a, b := pts[i], pts[(i+1)%m]
-			for y := at(min(a.Lat, b.Lat), s); y <= at(max(a.Lat, b.Lat), s); y++ {
-				for x := at(min(a.Lng, b.Lng), w); x <= at(max(a.Lng, b.Lng), w); x++ {
-					grid[key{x, y}] = append(grid[key{x, y}], int32(i))
-				}
-			}
-		}
-		break
-	}
+	grid := edgeGrid(pts)
 	for _, es := range grid {
 		tests += len(es) * (len(es) - 1) / 2
 		if tests > budget {
@@ -299,4 +254,61 @@ func segmentsMeet(a, b, c, d h3.LatLng) (h3.LatLng, bool) {
 func (c crossing) String() string {
 	return fmt.Sprintf("the edge from position %d meets the edge from position %d at about [%.7f, %.7f]: a ring must not cross or touch itself",
 		c.i, c.j, c.lng, c.lat)
+}
+
+// distinctVertices drops repeated consecutive positions of loop (they make
+// zero-length edges), the closing repeat of the first included, keeping
+// each kept vertex's position in the file for the report.
+func distinctVertices(loop h3.GeoLoop) (pts []h3.LatLng, pos []int) {
+	for i, p := range loop {
+		if len(pts) > 0 && pts[len(pts)-1] == p {
+			continue
+		}
+		pts, pos = append(pts, p), append(pos, i)
+	}
+	for len(pts) > 1 && pts[len(pts)-1] == pts[0] {
+		pts, pos = pts[:len(pts)-1], pos[:len(pos)-1]
+	}
+	return pts, pos
+}
+
+// gridKey is a cell of edgeGrid's grid.
+type gridKey struct{ x, y int }
+
+// edgeGrid puts the ring's edges in a sparse grid of square cells about
+// twice the mean edge long, so that an edge lies in a few cells and a
+// cell holds a few edges; long edges that would fill too many cells make
+// the cells coarser. Only edges sharing a cell can cross.
+func edgeGrid(pts []h3.LatLng) map[gridKey][]int32 {
+	m := len(pts)
+	var length float64
+	for i := range m {
+		a, b := pts[i], pts[(i+1)%m]
+		length += math.Hypot(b.Lng-a.Lng, b.Lat-a.Lat)
+	}
+	size := 2 * length / float64(m)
+	s, _, w, _ := bounds(pts)
+	var grid map[gridKey][]int32
+	for {
+		at := func(v, lo float64) int { return int(math.Floor((v - lo) / size)) }
+		entries := 0
+		for i := range m {
+			a, b := pts[i], pts[(i+1)%m]
+			entries += (at(max(a.Lng, b.Lng), w) - at(min(a.Lng, b.Lng), w) + 1) * (at(max(a.Lat, b.Lat), s) - at(min(a.Lat, b.Lat), s) + 1)
+		}
+		if entries > 16*m {
+			size *= 2
+			continue
+		}
+		grid = make(map[gridKey][]int32, entries)
+		for i := range m {
+			a, b := pts[i], pts[(i+1)%m]
+			for y := at(min(a.Lat, b.Lat), s); y <= at(max(a.Lat, b.Lat), s); y++ {
+				for x := at(min(a.Lng, b.Lng), w); x <= at(max(a.Lng, b.Lng), w); x++ {
+					grid[gridKey{x, y}] = append(grid[gridKey{x, y}], int32(i))
+				}
+			}
+		}
+		return grid
+	}
 }
