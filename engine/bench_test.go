@@ -96,13 +96,21 @@ func BenchmarkEngineLateness(b *testing.B) {
 // 500-courier, 2-hour fleet, per position.
 func BenchmarkEngine(b *testing.B) {
 	rec := fleetRecording(500, 2*time.Hour)
-	for _, shards := range []int{1, 2} {
-		b.Run("shards="+string(rune('0'+shards)), func(b *testing.B) {
+	for _, c := range []struct {
+		name   string
+		shards int
+		rows   bool
+	}{{"shards=1", 1, false}, {"shards=2", 2, false}, {"shards=1/rows", 1, true}} {
+		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			n := 0
 			cpu0 := cpuTime()
+			cfg := benchConfig(c.shards)
+			if c.rows { // the lake's feed, taken and dropped
+				cfg.OnRows = func([]Row) {}
+			}
 			for b.Loop() {
-				e := New(benchConfig(shards), func([]result.Record) {})
+				e := New(cfg, func([]result.Record) {})
 				for _, m := range rec.msgs {
 					e.Push(&Input{Payload: rec.bytes[m.off:m.end], Arrival: m.arrival, HasArrival: true})
 				}

@@ -10,8 +10,10 @@ import (
 // decision to forget a courier.
 type event struct {
 	seq           int64 // 2*input index + 1 (2*input index for an idle step)
+	line          int64 // the input's Line
 	ts            int64
 	lat, lon, acc float64
+	rawAcc        float64 // accuracy_m as decoded, -1: none
 	wm            int64 // the watermark before this position (forget: at the decision)
 	clock         int64 // processing clock at its arrival
 	off           uint32
@@ -38,12 +40,13 @@ type chunk struct {
 	endOfInput bool
 	recs       []result.Record   // the sequencer's own (rejected inputs)
 	out        [][]result.Record // by shard
+	rows       [][]Row           // by shard, with Config.OnRows
 
 	ckpt *snapshotJob // a checkpoint barrier follows this chunk's inputs
 }
 
 func newChunk(shards int) *chunk {
-	return &chunk{events: make([][]event, shards), out: make([][]result.Record, shards)}
+	return &chunk{events: make([][]event, shards), out: make([][]result.Record, shards), rows: make([][]Row, shards)}
 }
 
 func (c *chunk) reset() {
@@ -52,6 +55,7 @@ func (c *chunk) reset() {
 		c.events[i] = c.events[i][:0]
 		clear(c.out[i]) // drop references to courier names and raw payloads
 		c.out[i] = trim(c.out[i])
+		c.rows[i] = c.rows[i][:0]
 	}
 	c.names = c.names[:0]
 	c.steps = c.steps[:0]

@@ -103,6 +103,11 @@ type Config struct {
 	// left_area or entered_area result. nil: no side, no H3 lookup per
 	// position.
 	Area *geo.Area
+	// OnRows, when set, is called on the merger goroutine with the
+	// accepted positions of each chunk of inputs (Row), in log order,
+	// before any checkpoint barrier that follows them: the lake's feed.
+	// The slice is reused after it returns. nil: no row is kept.
+	OnRows func(rows []Row)
 	// OnForget, when set, is called from the sequencer with every courier
 	// that stops being tracked: forgotten after RestoreTTL, or evicted to
 	// make room at MaxCouriers. Like OnPosition, it must not block.
@@ -168,6 +173,7 @@ type params struct {
 	// log and hint: the rate-limited seconds hint of late positions.
 	log  *slog.Logger
 	hint *ratelog.Limiter
+	rows bool // Config.OnRows is set: shards keep their accepted positions
 }
 
 const inFlight = 4 // chunks between the sequencer and the merger
@@ -197,7 +203,7 @@ func New(cfg Config, sink Sink) *Engine {
 		params: &params{
 			market: cfg.Market, spec: spec, gap: cfg.Gap,
 			filter: cfg.Filter, stopped: cfg.StoppedBelowM, res: cfg.H3Resolution, area: cfg.Area,
-			log: cfg.Log, hint: &ratelog.Limiter{Every: hintEvery},
+			log: cfg.Log, hint: &ratelog.Limiter{Every: hintEvery}, rows: cfg.OnRows != nil,
 		},
 		wm:    watermark.New(cfg.ToleratedDelay, cfg.IdleTimeout, cfg.MaxFutureSkew),
 		track: newTracker(cfg.MaxCouriers, max(cfg.RestoreTTL, idle), idle, cfg.Shards),
@@ -290,7 +296,7 @@ func (e *Engine) Push(in *Input) {
 			t.latest = max(t.latest, p.TS)
 		}
 		c.events[t.shard] = append(c.events[t.shard], event{
-			seq: seq, ts: p.TS, lat: p.Lat, lon: p.Lon, acc: geo.Accuracy(max(p.Accuracy, 0)),
+			seq: seq, line: in.Line, ts: p.TS, lat: p.Lat, lon: p.Lon, acc: geo.Accuracy(max(p.Accuracy, 0)), rawAcc: p.Accuracy,
 			wm: e.wm.Current(), clock: now, off: uint32(len(c.names)), n: uint8(len(p.Courier)), slot: t.slot,
 		})
 		c.names = append(c.names, p.Courier...)

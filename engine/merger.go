@@ -17,10 +17,17 @@ func (e *Engine) runMerger(sink Sink) {
 	var (
 		srcs sources
 		out  []result.Record
+		rows []Row
 	)
 	for c := range e.merge {
 		for _, s := range e.shards {
 			<-s.done // shards finish chunks in order
+		}
+		if e.cfg.OnRows != nil {
+			if rows = mergeRows(rows[:0], c.rows); len(rows) > 0 {
+				e.cfg.OnRows(rows)
+			}
+			clear(rows) // drop the courier names
 		}
 		sortRecords(c.recs) // in input order already: a linear check
 		srcs.reset(c)

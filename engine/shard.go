@@ -194,6 +194,12 @@ func (s *shard) apply(ev *event) {
 		return
 	}
 	lateS := c.sess.Late(ev.ts, ev.wm, p.gap)
+	if p.rows {
+		s.c.rows[s.id] = append(s.c.rows[s.id], Row{
+			Line: ev.line, Courier: c.name, TS: ev.ts, Arrival: ev.clock, Lat: ev.lat, Lon: ev.lon,
+			Accuracy: ev.rawAcc, LateDistance: lateD, LateSession: lateS, seq: ev.seq,
+		})
+	}
 	if (lateD || lateS) && ev.ts < position.SecondsBefore {
 		s.secondsHint(c.name, ev)
 	}
