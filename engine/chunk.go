@@ -14,8 +14,8 @@ type event struct {
 	ts            int64
 	lat, lon, acc float64
 	rawAcc        float64 // accuracy_m as decoded, -1: none
-	wm            int64 // the watermark before this position (forget: at the decision)
-	clock         int64 // processing clock at its arrival
+	wm            int64   // the watermark before this position (forget: at the decision)
+	clock         int64   // processing clock at its arrival
 	off           uint32
 	n             uint8 // courier id: chunk.names[off:off+n]
 	forget        bool  // drop the courier: it is no longer tracked
