@@ -198,7 +198,7 @@ func TestWriter_FileNamesSortInLogOrder(t *testing.T) {
 		appendAll(t, w, rs[i:i+1000])
 		now = now.Add(time.Minute)
 		w.Tick(now)
-		testenv.WaitFor(t, 10*time.Second, "the roll", func() bool { return w.Durable() == rs[i+999].Index })
+		testenv.WaitFor(t, time.Minute, "the roll", func() bool { return w.Durable() == rs[i+999].Index })
 	}
 	mustClose(t, w)
 	got := readLake(t, dir, "m")
@@ -245,7 +245,7 @@ func TestWriter_Durable(t *testing.T) {
 		t.Fatalf("before the roll interval: durable %d, want 9", d)
 	}
 	w.Tick(now.Add(time.Minute))
-	testenv.WaitFor(t, 10*time.Second, "durable 20", func() bool { return w.Durable() == 20 })
+	testenv.WaitFor(t, time.Minute, "durable 20", func() bool { return w.Durable() == 20 })
 	if err := w.Append(&lake.Row{Index: 20, Courier: []byte("x"), TimestampMs: 1}); !errors.Is(err, lake.ErrOrder) {
 		t.Errorf("append of index 20 after 20: %v, want ErrOrder", err)
 	}
@@ -308,12 +308,12 @@ func TestWriter_CrashAtAnyStepKeepsEveryRowOnce(t *testing.T) {
 				now = now.Add(time.Minute)
 				w.Tick(now)
 				want := rs[i+499].Index
-				testenv.WaitFor(t, 10*time.Second, "the roll or the crash", func() bool { return crashed.Load() || w.Durable() == want })
+				testenv.WaitFor(t, time.Minute, "the roll or the crash", func() bool { return crashed.Load() || w.Durable() == want })
 			}
 			if !crashed.Load() {
 				// Compaction: the first date closes an hour after it ends.
 				w.Tick(day.Add(27 * time.Hour))
-				testenv.WaitFor(t, 10*time.Second, "the crash in compaction", crashed.Load)
+				testenv.WaitFor(t, time.Minute, "the crash in compaction", crashed.Load)
 			}
 			kill(w)
 
@@ -370,7 +370,7 @@ func TestWriter_CompactsAClosedDate(t *testing.T) {
 		now = now.Add(time.Minute)
 		w.Tick(now)
 		want := rs[i+99].Index
-		testenv.WaitFor(t, 10*time.Second, "the roll", func() bool { return w.Durable() == want })
+		testenv.WaitFor(t, time.Minute, "the roll", func() bool { return w.Durable() == want })
 	}
 	count := func(date string) int {
 		fs, _ := filepath.Glob(filepath.Join(lake.DateDir(dir, "m", date), "*.parquet"))
@@ -381,7 +381,7 @@ func TestWriter_CompactsAClosedDate(t *testing.T) {
 	}
 	w.Tick(time.Date(2026, 12, 2, 1, 59, 0, 0, time.UTC)) // not yet closed
 	w.Tick(time.Date(2026, 12, 2, 2, 0, 0, 0, time.UTC))  // closed: 2h after its end
-	testenv.WaitFor(t, 10*time.Second, "compaction", func() bool { return w.Stats().Compactions == 1 })
+	testenv.WaitFor(t, time.Minute, "compaction", func() bool { return w.Stats().Compactions == 1 })
 	if count("2026-12-01") != 1 || count("2026-12-02") != 6 {
 		t.Errorf("after compaction: %d and %d files, want 1 and 6", count("2026-12-01"), count("2026-12-02"))
 	}
@@ -415,10 +415,10 @@ func TestWriter_Retention(t *testing.T) {
 	}
 	appendAll(t, w, rs)
 	w.Tick(time.Date(2026, 12, 5, 23, 0, 0, 0, madrid)) // rolls (the first tick) and keeps house
-	testenv.WaitFor(t, 10*time.Second, "the roll", func() bool { return w.Durable() == rs[len(rs)-1].Index })
+	testenv.WaitFor(t, time.Minute, "the roll", func() bool { return w.Durable() == rs[len(rs)-1].Index })
 	// 6 December 00:00 Madrid: 3 December ended 2 days ago, and goes.
 	w.Tick(time.Date(2026, 12, 6, 0, 0, 0, 0, madrid))
-	testenv.WaitFor(t, 10*time.Second, "retention", func() bool { return w.Stats().DatesDeleted == 3 })
+	testenv.WaitFor(t, time.Minute, "retention", func() bool { return w.Stats().DatesDeleted == 3 })
 	mustClose(t, w)
 	ents, _ := os.ReadDir(lake.MarketDir(dir, "m"))
 	var dates []string
@@ -498,7 +498,7 @@ func TestWriter_RefusesWhenTwoBatchesWait(t *testing.T) {
 		t.Fatalf("refused from row %d (behind: %v), want from 200: one batch written, one full", refused, w.Behind())
 	}
 	close(release)
-	testenv.WaitFor(t, 10*time.Second, "the slow write", func() bool { return w.Durable() >= 100 })
+	testenv.WaitFor(t, time.Minute, "the slow write", func() bool { return w.Durable() >= 100 })
 	appendAll(t, w, rs[refused:])
 	if err := w.Behind(); err != nil {
 		t.Errorf("caught up, still behind: %v", err)
