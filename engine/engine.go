@@ -92,6 +92,17 @@ type Config struct {
 	// that stops being tracked: forgotten after RestoreTTL, or evicted to
 	// make room at MaxCouriers. Like OnPosition, it must not block.
 	OnForget func(courier string)
+	// OnSide, when set with Area, is called once per courier and engine
+	// with the side of the area the courier is on (outside or inside) as
+	// of the fix at ts, when that side is first known to this engine: the
+	// courier's first fix out of the border band, or its first fix after
+	// the engine was restored, unless that fix completes a move (then the
+	// left_area or entered_area result says it). Later moves are results
+	// only: the first side is no move (docs/semantics.md), and this is how
+	// a live view learns it without an H3 lookup of its own. It is called
+	// from the shards' goroutines, several at once: it must be safe for
+	// concurrent use, cheap, and must not block.
+	OnSide func(courier string, ts int64, outside bool)
 }
 
 // Input is one arrived message.
@@ -149,6 +160,7 @@ type params struct {
 	stopped float64
 	res     int
 	area    *geo.Area
+	onSide  func(courier string, ts int64, outside bool)
 }
 
 const inFlight = 4 // chunks between the sequencer and the merger
@@ -175,6 +187,7 @@ func New(cfg Config, sink Sink) *Engine {
 		params: &params{
 			market: cfg.Market, spec: spec, gap: cfg.Gap,
 			filter: cfg.Filter, stopped: cfg.StoppedBelowM, res: cfg.H3Resolution, area: cfg.Area,
+			onSide: cfg.OnSide,
 		},
 		wm:    watermark.New(cfg.ToleratedDelay, cfg.IdleTimeout, cfg.MaxFutureSkew),
 		track: newTracker(cfg.MaxCouriers, max(cfg.RestoreTTL, idle), idle, cfg.Shards),
