@@ -93,6 +93,7 @@ func (p *part) claim(ctx context.Context, pin string, sent time.Time) (*term, er
 	ecfg := r.ecfg[p.n]
 	ecfg.OnPosition = t.out.Position
 	ecfg.OnForget = t.out.Forget
+	ecfg.OnSide = t.out.Side
 	eng, seq, err := engine.Recover(cctx, ecfg, t.sink, t)
 	if err != nil {
 		t.cancelPub()

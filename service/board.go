@@ -27,7 +27,7 @@ func attachBoard(srv *http.Server, ln net.Listener, ms []unit, deps *Deps) net.L
 			continue
 		}
 		on = append(on, m)
-		bms = append(bms, board.Market{Name: c.Market, Status: boardStatus(m), Area: c.Geo.Area})
+		bms = append(bms, board.Market{Name: c.Market, Status: boardStatus(m), Area: c.Geo.Area, Timezone: c.Timezone})
 		if tiles == "" {
 			tiles = c.HTTP.BoardTiles
 		}

@@ -174,6 +174,7 @@ func (m *market) serve(ctx context.Context, drain time.Duration) error {
 	// gets the same positions at the same point.
 	ecfg.OnPosition = m.snk.out.Position
 	ecfg.OnForget = m.snk.out.Forget
+	ecfg.OnSide = m.snk.out.Side
 	if err := m.recover(ecfg); err != nil {
 		closeCtx, cancel := context.WithTimeout(context.Background(), drain)
 		defer cancel()
