@@ -337,7 +337,7 @@ func (st *state) broadcast(now time.Time) {
 //	            "received_per_s":x,"late_per_s":x,"rejected_per_s":x,"tz":"…"}],
 //	 "gone":[id,…],
 //	 "c":[[id,market,lat,lon,timestamp_ms,state,distance_m|null,window_end_ms,revision,
-//	       outside_since_ms|null,stopped_since_ms|null],…],
+//	       outside_since_ms|null[,stopped_since_ms]],…],
 //	 "zones_dropped":n,
 //	 "zones_gone":[[cell,market],…],
 //	 "zones":[[cell,market,warnings,couriers,restored,open,silence_ms,
@@ -349,8 +349,8 @@ func (st *state) broadcast(now time.Time) {
 // the firing of the window shown (0: its first firing), outside_since_ms
 // is null unless the courier is outside its market's service area, and
 // then the timestamp of the fix that put it there (see the package doc),
-// stopped_since_ms is null unless its state is stopped, and then the
-// start of the first of its consecutive stopped windows, tz is the
+// stopped_since_ms is there only while its state is stopped: the start
+// of the first of its consecutive stopped windows, tz is the
 // market's IANA time zone (Market.Timezone, "UTC" when empty), and gone lists
 // the couriers forgotten since the last update (to remove before adding
 // those of "c": a courier forgotten and back is in both).
@@ -455,11 +455,9 @@ func (st *state) encode(filter int, now time.Time, cs []*courier, zs []*zoneCell
 		} else {
 			b = append(b, "null"...)
 		}
-		b = append(b, ',')
 		if c.state() == Stopped {
+			b = append(b, ',')
 			b = strconv.AppendInt(b, c.stoppedSince, 10)
-		} else {
-			b = append(b, "null"...)
 		}
 		b = append(b, ']')
 	}

@@ -65,7 +65,8 @@ type MarketUpdate struct {
 
 // CourierUpdate is a courier in an Update, sent as the JSON array
 // [id, market, lat, lon, timestamp_ms, state, distance_m|null,
-// window_end_ms, revision, outside_since_ms|null, stopped_since_ms|null].
+// window_end_ms, revision, outside_since_ms|null[, stopped_since_ms]], the
+// last member there only while the courier is stopped.
 type CourierUpdate struct {
 	ID       string
 	Market   int
@@ -101,10 +102,10 @@ func (c *CourierUpdate) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &a); err != nil {
 		return fmt.Errorf("board: courier %s: %w", b, err)
 	}
-	if len(a) != 11 || int(state) >= len(stateText) {
-		return fmt.Errorf("board: courier %s: want 11 fields and a state code below %d", b, len(stateText))
+	if len(a) < 10 || len(a) > 11 || int(state) >= len(stateText) {
+		return fmt.Errorf("board: courier %s: want 10 or 11 fields and a state code below %d", b, len(stateText))
 	}
-	if stopped != nil {
+	if len(a) == 11 && stopped != nil {
 		c.StoppedSince = *stopped
 	}
 	c.State = State(state)

@@ -135,7 +135,7 @@ func TestDecodeMessage_Rejects(t *testing.T) {
 		"short courier":      `data: {"c":[["a",0,1]]}` + "\n\n",
 		"no revision":        `data: {"c":[["a",0,1,2,3,1,null,0]]}` + "\n\n",
 		"no outside":         `data: {"c":[["a",0,1,2,3,1,null,0,0]]}` + "\n\n",
-		"long courier":       `data: {"c":[["a",0,1,2,3,1,null,0,0,null,0]]}` + "\n\n",
+		"long courier":       `data: {"c":[["a",0,1,2,3,1,null,0,0,null,0,0]]}` + "\n\n",
 		"bad state":          `data: {"c":[["a",0,1,2,3,9,null,0,0,null]]}` + "\n\n",
 		"bad outside":        `data: {"c":[["a",0,1,2,3,1,null,0,0,"x"]]}` + "\n\n",
 		"courier no list":    `data: {"c":[{"id":"a"}]}` + "\n\n",

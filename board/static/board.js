@@ -151,6 +151,7 @@
       if (tiles) drawTiles(v);
       const r = Math.max(3, Math.min(w, h) / 200);
       for (const c of couriers.values()) { const p = project(v, c.lat, c.lon); c.x = p[0]; c.y = p[1]; }
+      haloOutside(r * 1.6, w, h);
       for (const s of DRAW_ORDER) {
         ctx.beginPath();
         for (const [id, c] of couriers) {
@@ -163,23 +164,14 @@
         ctx.fill();
         if (s === 3) { ctx.strokeStyle = COLOR[3]; ctx.lineWidth = 1; ringNoSignal(r * 2.2, w, h); }
       }
-      ringOutside(r * 1.6, w, h);
       if (sel) { ctx.strokeStyle = css.getPropertyValue("--fg").trim(); ctx.lineWidth = 2; ctx.beginPath(); ctx.arc(sel.x, sel.y, r * 2.8, 0, 2 * Math.PI); ctx.stroke(); }
       drawScale(v, w, h);
     }
-    placeLabel(selLabel, selected, sel);
+    placeLabel(selLabel, selected, sel, w, h);
     canvas.dataset.drawn = drawn.count;
     canvas.dataset.couriers = couriers.size;
     canvas.dataset.drawn_outside = drawn.outside;
-    // The legend counts every courier, on the map or not.
-    const all = [0, 0, 0, 0];
-    let out = 0;
-    for (const c of couriers.values()) { all[c.st]++; if (c.out !== null && c.out !== undefined) out++; }
-    document.getElementById("n-outside").textContent = out;
-    STATES.forEach((s, i) => {
-      canvas.dataset["drawn_" + s] = drawn.byState[i];
-      document.getElementById("n-" + s).textContent = all[i];
-    });
+    STATES.forEach((s, i) => { canvas.dataset["drawn_" + s] = drawn.byState[i]; });
     tables();
     renders++;
     renderMs += performance.now() - t0;
@@ -305,8 +297,8 @@
     let shown = 0;
     for (const z of zones.values()) if (z.w >= zonesMin) shown++;
     zoneLayer.dataset.drawn = zonesShown && v ? shown : 0;
-    document.getElementById("n-zones").textContent = shown;
-    document.getElementById("n-zones-all").textContent = zones.size;
+    setText("n-zones", shown);
+    setText("n-zones-all", zones.size);
   }
 
   function plural(n, word) { return n + " " + word + (n === 1 ? "" : "s"); }
@@ -329,11 +321,25 @@
   }
   // local is ms as a date and time in market m's zone: "YYYY-MM-DD HH:MM".
   function local(ms, m) { const f = clockOf(tzOf(m)); return f.date.format(ms) + " " + f.hm.format(ms); }
-  // clock is ms's time in market m's zone, its date too if not today's.
+  // clock is ms's time in market m's zone, its date too if not today's;
+  // remembered for the frame (a list's rows share their times).
+  const clockMemo = new Map();
   function clock(ms, m, now) {
-    const f = clockOf(tzOf(m));
-    const d = f.date.format(ms);
-    return (d === f.date.format(now) ? "" : d + " ") + f.hms.format(ms);
+    const tz = tzOf(m), key = tz + "|" + ms + "|" + now;
+    let s = clockMemo.get(key);
+    if (s === undefined) {
+      const f = clockOf(tz);
+      const d = f.date.format(ms);
+      s = (d === f.date.format(now) ? "" : d + " ") + f.hms.format(ms);
+      clockMemo.set(key, s);
+    }
+    return s;
+  }
+  function setHidden(el, h) { if (el.hidden !== h) el.hidden = h; }
+  // setText sets an element's text if it changed (no needless relayout).
+  function setText(id, text) {
+    const el = document.getElementById(id), t = String(text);
+    if (el.textContent !== t) el.textContent = t;
   }
   // ago is how long before now ms was, to the second under a minute.
   function ago(ms, now) {
@@ -341,6 +347,14 @@
     if (s < 60) return s + " s";
     if (s < 3600) return Math.floor(s / 60) + " min";
     return Math.floor(s / 3600) + " h " + Math.floor(s % 3600 / 60) + " min";
+  }
+  // minutes is how long before now ms was, in whole minutes: a list's row
+  // then changes once a minute, not at every update.
+  function minutes(ms, now) {
+    const m = Math.floor(Math.max(0, now - ms) / 60000);
+    if (m < 1) return "< 1 min";
+    if (m < 60) return m + " min";
+    return Math.floor(m / 60) + " h " + (m % 60) + " min";
   }
   // when is "HH:MM:SS (4 min ago)" in market m's zone.
   function when(ms, m, now) { return clock(ms, m, now) + " (" + ago(ms, now) + " ago)"; }
@@ -354,7 +368,10 @@
       `${plural(z.n, "window")}: ${a} – ${a.slice(0, 10) === b.slice(0, 10) ? b.slice(11) : b} ${tzOf(z.m)}`;
   }
 
-  function ringOutside(R, w, h) {
+  // haloOutside draws, under the dots, a disc in the outline's colour
+  // round each courier outside the service area: a ring once the dot is
+  // on it, and a fill costs the browser far less than a stroke.
+  function haloOutside(R, w, h) {
     ctx.beginPath();
     for (const c of couriers.values()) {
       if (c.out === null || c.out === undefined || c.x < 0 || c.y < 0 || c.x > w || c.y > h) continue;
@@ -362,8 +379,8 @@
       ctx.arc(c.x, c.y, R, 0, 2 * Math.PI);
       drawn.outside++;
     }
-    ctx.strokeStyle = AREA; ctx.lineWidth = 2;
-    ctx.stroke();
+    ctx.fillStyle = AREA;
+    ctx.fill();
   }
 
   function ringNoSignal(R, w, h) {
@@ -447,48 +464,69 @@
   // row is a list's row of courier id: its cells, and the id to select.
   function row(id, ...cells) { const r = [id, ...cells]; r.id = id; return r; }
 
-  // list fills a list of couriers, longest first (by since), at most
-  // MAX_ROWS rows: id, since when, for how long.
+  // A list keeps its MAX_ROWS longest entries (earliest since, then id)
+  // as it goes, and counts the rest: no sort of the whole fleet.
   const MAX_ROWS = 10;
-  function list(id, countId, items, now) {
-    items.sort((a, b) => a[2] - b[2] || (a[0] < b[0] ? -1 : 1));
-    document.getElementById(countId).textContent = items.length;
-    const rows = items.slice(0, MAX_ROWS).map(([cid, c, since]) => row(cid, clock(since, c.m, now), ago(since, now)));
-    if (items.length > MAX_ROWS) rows.push(["… " + (items.length - MAX_ROWS) + " more", "", ""]);
+  function newList() { return {top: [], n: 0}; }
+  function before(a, b) { return a[2] < b[2] || a[2] === b[2] && a[0] < b[0]; }
+  function offer(l, id, c, since) {
+    l.n++;
+    const t = l.top;
+    if (t.length === MAX_ROWS) {
+      const last = t[MAX_ROWS - 1];
+      if (since > last[2] || since === last[2] && id >= last[0]) return;
+    }
+    const e = [id, c, since];
+    let k = t.length < MAX_ROWS ? t.length : MAX_ROWS - 1;
+    while (k > 0 && before(e, t[k - 1])) { t[k] = t[k - 1]; k--; }
+    t[k] = e;
+  }
+
+  // list fills a list's table: id, since when, for how long.
+  function list(id, countId, l, now) {
+    setText(countId, l.n);
+    const rows = l.top.map(([cid, c, since]) => row(cid, clock(since, c.m, now), minutes(since, now)));
+    if (l.n > MAX_ROWS) rows.push(["… " + (l.n - MAX_ROWS) + " more", "", ""]);
     fill(id, rows);
   }
 
   function tables() {
     const now = Date.now() + skew;
+    clockMemo.clear();
     const perMarket = markets.map(() => 0);
-    const silent = [], stopped = [], out = [], dist = [];
+    const silent = newList(), stopped = newList(), out = newList(), dist = [];
+    const all = [0, 0, 0, 0];
     let total = 0, withDist = 0;
     for (const [id, c] of couriers) {
       perMarket[c.m]++;
-      if (c.st === 3) silent.push([id, c, c.ts]);
-      if (c.st === 2 && c.ss !== null && c.ss !== undefined) stopped.push([id, c, c.ss]);
-      if (c.out !== null && c.out !== undefined) out.push([id, c, c.out]);
+      all[c.st]++;
+      if (c.st === 3) offer(silent, id, c, c.ts);
+      if (c.st === 2 && c.ss !== null && c.ss !== undefined) offer(stopped, id, c, c.ss);
+      if (c.out !== null && c.out !== undefined) offer(out, id, c, c.out);
       if (c.d !== null) { dist.push([id, c]); total += c.d; withDist++; }
     }
+    // The legend counts every courier, on the map or not.
+    STATES.forEach((s, i) => setText("n-" + s, all[i]));
+    setText("n-outside", out.n);
     const yesNo = b => b ? ["up", "ok"] : ["down", "bad"];
     fill("markets", markets.map((m, i) => [m.name, perMarket[i],
       m.lag_ms === null ? "–" : dur(m.lag_ms), m.received_per_s.toFixed(1),
       m.late_per_s.toFixed(2), m.rejected_per_s.toFixed(2), yesNo(m.mqtt), yesNo(m.nats)]));
     list("nosignal", "ns-count", silent, now);
     list("stopped", "st-count", stopped, now);
-    document.getElementById("outside-section").hidden = areas.length === 0;
+    setHidden(document.getElementById("outside-section"), areas.length === 0);
     list("outside", "out-count", out, now);
     dist.sort((a, b) => b[1].d - a[1].d);
-    document.getElementById("dist-summary").textContent = withDist
+    setText("dist-summary", withDist
       ? `${withDist} couriers with a window: ${(total / 1000).toFixed(1)} km in all, ${(total / withDist / 1000).toFixed(2)} km each on average; top ${Math.min(15, dist.length)}:`
-      : "no window has fired yet";
+      : "no window has fired yet");
     fill("distance", dist.slice(0, 15).map(([id, c]) => row(id, (c.d / 1000).toFixed(2), LABEL[STATES[c.st]])));
-    document.getElementById("footer").textContent =
+    setText("footer",
       `${couriers.size} couriers · ${zones.size} dead-zone cells` + (zonesDropped ? ` (${zonesDropped} windows dropped at the cap)` : "") +
-      ` · ${updates} updates (last ${(lastBytes / 1024).toFixed(1)} KiB) · board dropped ${dropped}, refused ${refused}`;
+      ` · ${updates} updates (last ${(lastBytes / 1024).toFixed(1)} KiB) · board dropped ${dropped}, refused ${refused}`);
     if (markets.length) {
       const tz = tzOf(0);
-      document.getElementById("clock").textContent = clockOf(tz).hm.format(now) + " " + tz;
+      setText("clock", clockOf(tz).hm.format(now) + " " + tz);
     }
     details(now);
   }
@@ -497,7 +535,7 @@
   const detailsBox = document.getElementById("details");
   function details(now) {
     const c = selected !== null ? couriers.get(selected) : undefined;
-    detailsBox.hidden = !c;
+    setHidden(detailsBox, !c);
     if (!c) return;
     const items = [
       ["market", markets[c.m] ? markets[c.m].name : ""],
@@ -535,8 +573,8 @@
   }
 
   // placeLabel puts a label with the courier's id next to its dot.
-  function placeLabel(el, id, c) {
-    if (!c || c.x === undefined || c.x < 0 || c.y < 0 || c.x > canvas.clientWidth || c.y > canvas.clientHeight) { el.hidden = true; return; }
+  function placeLabel(el, id, c, w, h) {
+    if (!c || c.x === undefined || c.x < 0 || c.y < 0 || c.x > w || c.y > h) { el.hidden = true; return; }
     el.textContent = id;
     el.style.left = (c.x + 10) + "px"; el.style.top = (c.y - 22) + "px";
     el.hidden = false;
@@ -559,7 +597,8 @@
     searchIds.replaceChildren(frag);
     if (couriers.has(search.value.trim())) select(search.value.trim());
   });
-  document.getElementById("find").addEventListener("submit", e => {
+  search.addEventListener("keydown", e => {
+    if (e.key !== "Enter") return;
     e.preventDefault();
     const q = search.value.trim();
     if (!q) { select(null); return; }
