@@ -189,9 +189,10 @@ func TestOutline_MaxAreaEdges(t *testing.T) {
 	}
 }
 
-// left_area marks a courier outside the service area, as of the move;
-// entered_area clears it; a move dated no later than the one shown is
-// ignored; a forgotten courier comes back unmarked.
+// The side first known (Feed.Side) marks a courier outside or inside as
+// of its fix; left_area marks it outside, as of the move; entered_area
+// clears it; a side dated no later than the one shown is ignored; a
+// forgotten courier comes back unmarked.
 func TestHub_OutsideTheServiceArea(t *testing.T) {
 	type step func(f *Feed)
 	pos := func(ts int64) step { return func(f *Feed) { f.Position([]byte("c1"), ts, 41.95, 2.75) } }
@@ -202,6 +203,7 @@ func TestHub_OutsideTheServiceArea(t *testing.T) {
 	}
 	left := func(ts int64) step { return move(result.LeftArea, ts) }
 	entered := func(ts int64) step { return move(result.EnteredArea, ts) }
+	side := func(ts int64, outside bool) step { return func(f *Feed) { f.Side("c1", ts, outside) } }
 	forget := func(f *Feed) { f.Forget("c1") }
 	tests := []struct {
 		name  string
@@ -218,6 +220,13 @@ func TestHub_OutsideTheServiceArea(t *testing.T) {
 		{"the same left again", []step{pos(10), left(20), left(20)}, "out since 20"},
 		{"left of a courier not shown", []step{left(20)}, ""},
 		{"forgotten and back", []step{pos(10), left(20), forget, pos(30)}, "in"},
+		{"first seen outside", []step{pos(10), side(10, true)}, "out since 10"},
+		{"first seen inside", []step{pos(10), side(10, false)}, "in"},
+		{"first seen outside, then entered", []step{pos(10), side(10, true), entered(20)}, "in"},
+		{"first seen inside, then left", []step{pos(10), side(10, false), left(20)}, "out since 20"},
+		{"a side older than the move shown ignored", []step{pos(30), left(20), side(10, false)}, "out since 20"},
+		{"side of a courier not shown", []step{side(10, true)}, ""},
+		{"forgotten, back and seen outside", []step{pos(10), side(10, true), forget, pos(30), side(30, true)}, "out since 30"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -30,11 +30,13 @@
 // A market with a service area (Market.Area) has its outline drawn: the
 // edges between the area's H3 cells and the cells not in it, joined into
 // rings, computed once by New and sent in every snapshot; at most
-// Config.MaxAreaEdges edges a market. A courier is marked outside the area
-// from the left_area result that moved it out, as of the result's
-// timestamp, until an entered_area result (Feed.Result); a move dated no
-// later than the one shown changes nothing, and a forgotten courier comes
-// back unmarked, as the engine starts it afresh.
+// Config.MaxAreaEdges edges a market. A courier is shown on the side of
+// the area it is on now: the side the engine first knew it on (Feed.Side:
+// a courier first seen outside is outside, though no left_area says so),
+// then each left_area or entered_area result's (Feed.Result), as of the
+// fix that decided it; a side dated no later than the one shown changes
+// nothing, and a forgotten courier comes back unmarked, as the engine
+// starts it afresh.
 //
 // Feeding never blocks the engine: a call copies the event into a bounded
 // mailbox under a mutex held for that copy only; the hub swaps the mailbox
@@ -96,6 +98,9 @@ type Market struct {
 	// Area is the market's service area (config geo.service_area), nil for
 	// none. Its outline is drawn on the page.
 	Area *geo.Area
+	// Timezone is the market's IANA time zone (config timezone): the page
+	// shows the market's times in it, on a 24-hour clock. Empty: UTC.
+	Timezone string
 }
 
 // Config configures a Hub.
@@ -217,6 +222,7 @@ const (
 	evForget
 	evLeft    // left_area: ts is the move's timestamp
 	evEntered // entered_area: likewise
+	evSide    // the side first known (Feed.Side): ts is its fix's, outside the side
 )
 
 // event is one fed call, copied by value into the mailbox (no allocation).
@@ -231,6 +237,7 @@ type event struct {
 	lon     float64
 	dist    float64
 	stopped bool
+	outside bool  // side: outside the service area
 	rev     int32 // distance: revision (0: the window's first firing)
 }
 
@@ -333,6 +340,18 @@ func (f *Feed) Result(r *result.Record) {
 			f.h.putZone(zoneEvent{market: f.market, cell: r.Cell, start: r.Start, end: r.End, zone: *r.Zone})
 		}
 	}
+}
+
+// Side records the side of the market's service area a courier was first
+// known on by the engine (its OnSide: the first fix out of the border
+// band, or the first after a restore), as of the fix at ts. Later moves
+// come as left_area and entered_area results (Result). It is safe for
+// concurrent use and never blocks for longer than a copy.
+func (f *Feed) Side(courier string, ts int64, outside bool) {
+	if f == nil {
+		return
+	}
+	put(f, courier, event{kind: evSide, ts: ts, outside: outside})
 }
 
 // Forget removes a courier from the board: the engine's OnForget (the

@@ -227,6 +227,55 @@ func TestHub_KeepsTheHighestRevision(t *testing.T) {
 	}
 }
 
+// A stopped courier is stopped since the start of the first of its
+// consecutive stopped windows; a moving window ends it, and a no_signal
+// shows no stop.
+func TestHub_StoppedSince(t *testing.T) {
+	type firing struct {
+		start, end int64
+		stopped    bool
+	}
+	tests := []struct {
+		name     string
+		fired    []firing
+		noSignal bool
+		want     string // "since N", or "-" (not stopped)
+	}{
+		{"one stopped window", []firing{{0, 300, true}}, false, "since 0"},
+		{"consecutive stopped windows keep the first", []firing{{0, 300, true}, {100, 400, true}, {200, 500, true}}, false, "since 0"},
+		{"moving in between starts again", []firing{{0, 300, true}, {100, 400, false}, {200, 500, true}}, false, "since 200"},
+		{"moving", []firing{{0, 300, true}, {100, 400, false}}, false, "-"},
+		{"an older window's revision changes nothing", []firing{{100, 400, true}, {0, 300, false}}, false, "since 100"},
+		{"silent", []firing{{0, 300, true}}, true, "-"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHub(t, nil)
+			f := h.Feed("a")
+			f.Position([]byte("c1"), 10, 1, 2)
+			for _, w := range tt.fired {
+				f.Result(&result.Record{Type: result.Distance, Courier: "c1", Start: w.start, End: w.end, Stopped: w.stopped})
+			}
+			if tt.noSignal {
+				f.Result(&result.Record{Type: result.NoSignal, Courier: "c1", Start: 10, End: 10, Lat: 1, Lon: 2})
+			}
+			_, u := openStream(t, serve(t, h).URL+"/board/events").next(t)
+			if len(u.Couriers) != 1 {
+				t.Fatalf("got couriers %+v, want c1", u.Couriers)
+			}
+			got := "-"
+			if c := u.Couriers[0]; c.State == Stopped {
+				got = fmt.Sprintf("since %d", c.StoppedSince)
+			} else if c.StoppedSince != 0 {
+				got = fmt.Sprintf("%v with stopped since %d", c.State, c.StoppedSince)
+			}
+			if got != tt.want {
+				t.Errorf("got %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
 func TestHub_SnapshotThenDiffsOfChangedCouriersOnly(t *testing.T) {
 	h := newHub(t, nil)
 	fa, fb := h.Feed("a"), h.Feed("b")
@@ -476,7 +525,7 @@ func TestHub_MarketStatusAndRates(t *testing.T) {
 			calls++
 			return Status{MQTT: true, NATS: false, Watermark: 990_000, HasWatermark: true,
 				Received: calls * 100, Late: calls * 10, Rejected: calls}
-		}}}
+		}, Timezone: "Europe/Madrid"}, {Name: "b"}}
 		// One second of clock per sample: 100 received, 10 late and 1
 		// rejected per second.
 		c.Now = func() time.Time { return time.UnixMilli(1_000_000 + calls*1000) }
@@ -492,6 +541,10 @@ func TestHub_MarketStatusAndRates(t *testing.T) {
 	}
 	if m.ReceivedPerS != 100 || m.LatePerS != 10 || m.RejectedPerS != 1 {
 		t.Errorf("rates %v %v %v, want 100 10 1", m.ReceivedPerS, m.LatePerS, m.RejectedPerS)
+	}
+	_, u := s.next(t)
+	if tz := []string{u.Markets[0].Timezone, u.Markets[1].Timezone}; tz[0] != "Europe/Madrid" || tz[1] != "UTC" {
+		t.Errorf("time zones %q, want Europe/Madrid and UTC (none set)", tz)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 	"github.com/uber/h3-go/v4"
 
 	"github.com/km0/edgeproc/internal/testenv"
@@ -186,11 +188,163 @@ func TestPage_ServiceAreaInChromium(t *testing.T) {
 		br.Wait(t, 5*time.Second, `!document.getElementById("tip").hidden && document.getElementById("tip").textContent.startsWith("`+id+` ")`, `document.getElementById("tip").textContent`)
 		return testenv.Eval[string](t, br, `document.getElementById("tip").textContent`)
 	}
-	if got, want := hover("out"), "out (a)\nunknown\noutside the service area since 2024-09-14 12:10 UTC\nlast position "; !strings.HasPrefix(got, want) {
+	if got, want := hover("out"), "out · unknown\noutside the service area since 2024-09-14 12:10:00 ("; !strings.HasPrefix(got, want) {
 		t.Errorf("hover text %q, want it to begin %q", got, want)
 	}
 	if got := hover("in"); strings.Contains(got, "outside") {
 		t.Errorf("hover text of the courier inside %q", got)
+	}
+	if errs := br.Errors(); len(errs) > 0 {
+		t.Errorf("the page reported errors: %q", errs)
+	}
+}
+
+// What a dispatcher reads, in a real headless Chromium: who is stopped
+// and since when, who is silent, who is outside the service area (one
+// first seen there, one moved out), in the market's time zone on a
+// 24-hour clock with the age; a search by id centres the map on the
+// courier, labels it and opens its details, the only place with
+// coordinates; hovering a courier labels it; dead zones under the
+// legend's threshold are hidden until it is lowered; the board's own
+// counters wait in a closed footer.
+func TestPage_DispatcherInChromium(t *testing.T) {
+	madrid, err := time.LoadLocation("Europe/Madrid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	area := mustLoadArea(t, squareHole)
+	h := newHub(t, func(c *Config) {
+		c.Now = time.Now
+		c.Markets[0].Area, c.Markets[0].Timezone = area, "Europe/Madrid"
+	})
+	f := h.Feed("a")
+	now := time.Now().UnixMilli()
+	const minute = 60_000
+	pos := func(id string, ts int64, lat, lon float64) { f.Position([]byte(id), ts, lat, lon) }
+	dist := func(id string, start int64, stopped bool) {
+		f.Result(&result.Record{Type: result.Distance, Courier: id, Start: start, End: start + minute, DistanceM: 20, Stopped: stopped})
+	}
+	pos("c-moving", now-5_000, 41.815, 2.785)
+	dist("c-moving", now-2*minute, false)
+	pos("c-stopped", now-10_000, 41.885, 2.715)
+	dist("c-stopped", now-4*minute-30_000, true) // stopped since 4 min 30 s ago
+	dist("c-stopped", now-3*minute, true)        // still stopped: since stays
+	pos("c-stopped2", now-10_000, 41.815, 2.715)
+	dist("c-stopped2", now-2*minute-30_000, true)
+	pos("c-silent", now-90_000, 41.885, 2.785)
+	f.Result(&result.Record{Type: result.NoSignal, Courier: "c-silent", Start: now - 5*minute, End: now - 90_000, Lat: 41.885, Lon: 2.785})
+	pos("c-first-out", now-6*minute, 41.77, 2.74)
+	f.Side("c-first-out", now-6*minute, true) // first seen outside: no left_area
+	pos("c-left", now-20_000, 41.77, 2.76)
+	f.Result(&result.Record{Type: result.LeftArea, Courier: "c-left", TS: now - minute, Lat: 41.79, Lon: 2.76})
+	pos("c-old", t0+5*minute, 41.86, 2.79) // 2024-09-14 13:05 UTC: 15:05 in Madrid
+	cell := func(lat, lon float64) h3.Cell { return h3.LatLngToCell(h3.LatLng{Lat: lat, Lng: lon}, 8) }
+	f.Result(&result.Record{Type: result.DeadZone, Start: t0 - hourMS, End: t0, Cell: cell(41.85, 2.72), Zone: &result.Zone{Warnings: 1, Couriers: 1}})
+	f.Result(&result.Record{Type: result.DeadZone, Start: t0 - hourMS, End: t0, Cell: cell(41.81, 2.76), Zone: &result.Zone{Warnings: 5, Couriers: 3, Restored: 5}})
+
+	srv := serve(t, h)
+	br := testenv.StartChromium(t, 1280, 800)
+	br.Do(t, 20*time.Second, chromedp.Navigate(srv.URL+"/board/a"))
+	br.Wait(t, 15*time.Second, `document.getElementById("map").dataset.drawn == 7 && document.querySelectorAll("#stopped tbody tr").length == 2`,
+		`document.getElementById("map").dataset.drawn + " drawn, " + document.getElementById("stopped").innerText`)
+
+	clock := func(ms int64) string { return time.UnixMilli(ms).In(madrid).Format("15:04:05") }
+	rows := func(table string) [][]string {
+		return testenv.Eval[[][]string](t, br, `[...document.querySelectorAll("#`+table+` tbody tr")].map(r => [r.dataset.id || "", ...[...r.cells].map(c => c.textContent)])`)
+	}
+	// id, courier, since, for
+	check := func(table string, want [][]string) {
+		t.Helper()
+		if got := rows(table); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s list %q, want %q", table, got, want)
+		}
+	}
+	check("stopped", [][]string{
+		{"c-stopped", "c-stopped", clock(now - 4*minute - 30_000), "4 min"},
+		{"c-stopped2", "c-stopped2", clock(now - 2*minute - 30_000), "2 min"},
+	})
+	check("outside", [][]string{
+		{"c-first-out", "c-first-out", clock(now - 6*minute), "6 min"},
+		{"c-left", "c-left", clock(now - minute), "1 min"},
+	})
+	check("nosignal", [][]string{{"c-silent", "c-silent", clock(now - 90_000), "1 min"}})
+	counts := testenv.Eval[[]string](t, br, `["st-count", "out-count", "ns-count", "n-outside", "n-stopped"].map(id => document.getElementById(id).textContent)`)
+	if fmt.Sprint(counts) != "[2 2 1 2 2]" {
+		t.Errorf("counts stopped, outside, silent, legend outside, legend stopped: %q, want [2 2 1 2 2]", counts)
+	}
+	if n := testenv.Eval[int](t, br, `window.board.outside()`); n != 2 {
+		t.Errorf("%d couriers drawn with the outside ring, want 2 (c-first-out and c-left)", n)
+	}
+	// No coordinates in the lists.
+	if txt := testenv.Eval[string](t, br, `document.querySelector("aside").innerText`); regexp.MustCompile(`\d\.\d{4}`).MatchString(txt) {
+		t.Errorf("the side panel shows coordinates with no courier selected:\n%s", txt)
+	}
+
+	// Hover: a label that starts with the courier's id.
+	hoverAt := func(id string) string {
+		t.Helper()
+		at := testenv.Eval[[]float64](t, br, `(() => { const p = window.board.pointOf("`+id+`"), m = document.getElementById("map").getBoundingClientRect(); return [m.left + p[0], m.top + p[1]]; })()`)
+		br.Do(t, 5*time.Second, chromedp.MouseEvent(input.DispatchMouseEventTypeMouseMoved, at[0], at[1]))
+		br.Wait(t, 5*time.Second, `!document.getElementById("tip").hidden && document.getElementById("tip").textContent.startsWith("`+id+` ")`, `document.getElementById("tip").textContent`)
+		return testenv.Eval[string](t, br, `document.getElementById("tip").textContent`)
+	}
+	if got, want := hoverAt("c-stopped"), "c-stopped · stopped\nstopped since "+clock(now-4*minute-30_000)+" (4 min ago)\n"; !strings.HasPrefix(got, want) {
+		t.Errorf("hover text %q, want it to begin %q", got, want)
+	}
+	if got, want := hoverAt("c-old"), "c-old · unknown\nlast position 2024-09-14 15:05:00 ("; !strings.HasPrefix(got, want) {
+		t.Errorf("hover text %q, want it to begin %q (Madrid's clock, 24 hours)", got, want)
+	}
+
+	// Search: a part of the id finds it; the map centres on it.
+	br.Do(t, 5*time.Second, chromedp.SendKeys(chromedp.ID("search"), "stopped2\r"))
+	br.Wait(t, 5*time.Second, `window.board.selected() === "c-stopped2" && !document.getElementById("details").hidden && !document.getElementById("sel-label").hidden`,
+		`window.board.selected() + " " + document.getElementById("details").hidden`)
+	centre := testenv.Eval[[]float64](t, br, `(() => { const p = window.board.pointOf("c-stopped2"), m = document.getElementById("map"); return [p[0] - m.clientWidth / 2, p[1] - m.clientHeight / 2]; })()`)
+	if math.Abs(centre[0]) > 2 || math.Abs(centre[1]) > 2 {
+		t.Errorf("c-stopped2 drawn %v px off the map's centre, want it centred", centre)
+	}
+	if got := testenv.Eval[string](t, br, `document.getElementById("sel-label").textContent`); got != "c-stopped2" {
+		t.Errorf("the selected courier's label says %q", got)
+	}
+	details := testenv.Eval[string](t, br, `document.getElementById("details").innerText`)
+	for _, want := range []string{"c-stopped2", "stopped since\n" + clock(now-2*minute-30_000) + " (2 min ago)", "at\n41.81500, 2.71500"} {
+		if !strings.Contains(details, want) {
+			t.Errorf("details %q lack %q", details, want)
+		}
+	}
+	br.Do(t, 5*time.Second, chromedp.Evaluate[chromedp.Void](`document.getElementById("search").value = ""`), chromedp.SendKeys(chromedp.ID("search"), "nobody\r"))
+	br.Wait(t, 5*time.Second, `document.getElementById("search-msg").textContent == "no courier nobody"`, `document.getElementById("search-msg").textContent`)
+	if got := testenv.Eval[string](t, br, `window.board.selected()`); got != "c-stopped2" {
+		t.Errorf("a search that found nobody changed the selection to %q", got)
+	}
+	// A list's row selects its courier; Escape closes the details and
+	// shows the whole fleet again.
+	br.Do(t, 5*time.Second, chromedp.Click(`#outside tr[data-id="c-first-out"]`))
+	br.Wait(t, 5*time.Second, `window.board.selected() === "c-first-out" && document.getElementById("details-id").textContent == "c-first-out"`, `window.board.selected()`)
+	br.Do(t, 5*time.Second, chromedp.KeyEvent(kb.Escape))
+	br.Wait(t, 5*time.Second, `window.board.selected() === null && document.getElementById("details").hidden && document.getElementById("sel-label").hidden && document.getElementById("map").dataset.drawn == 7`,
+		`window.board.selected() + " " + document.getElementById("map").dataset.drawn`)
+
+	// Dead zones: the cell of 1 warning hidden under the default
+	// threshold of 2, shown at 1, both hidden at 6.
+	zones := `document.querySelectorAll("#zones polygon").length + " " + document.getElementById("n-zones").textContent + " of " + document.getElementById("n-zones-all").textContent`
+	if got := testenv.Eval[string](t, br, zones); got != "1 1 of 2" {
+		t.Errorf("dead zones shown: %q, want 1 polygon, 1 of 2 cells", got)
+	}
+	if got := testenv.Eval[string](t, br, `document.getElementById("zones-min").value`); got != "2" {
+		t.Errorf("the legend's threshold is %q, want 2", got)
+	}
+	setMin := func(n int) {
+		br.Do(t, 5*time.Second, chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`(() => { const i = document.getElementById("zones-min"); i.value = %d; i.dispatchEvent(new Event("input")); })()`, n)))
+	}
+	setMin(1)
+	br.Wait(t, 5*time.Second, zones+` == "2 2 of 2"`, zones)
+	setMin(6)
+	br.Wait(t, 5*time.Second, zones+` == "0 0 of 2"`, zones)
+
+	// The board's own counters: in a closed footer.
+	if !testenv.Eval[bool](t, br, `!document.getElementById("internals").open && !document.getElementById("footer").checkVisibility() && document.getElementById("footer").textContent.includes("updates")`) {
+		t.Errorf("the board's counters are not in a closed footer: %q", testenv.Eval[string](t, br, `document.getElementById("internals").outerHTML`))
 	}
 	if errs := br.Errors(); len(errs) > 0 {
 		t.Errorf("the page reported errors: %q", errs)

@@ -40,8 +40,12 @@ type courier struct {
 	dist    float64 // metres in the latest fired window
 	distEnd int64   // that window's end, ms
 	distRev int32   // that firing's revision (0: the window's first firing)
-	// hasMove is set by the first left_area or entered_area; moveTS is
-	// the latest one's timestamp, outside whether it was a left_area.
+	// stoppedSince is the start of the first of its consecutive stopped
+	// windows, while stopped.
+	stoppedSince int64
+	// hasMove is set by the first side known (Feed.Side, left_area or
+	// entered_area); moveTS is the latest one's timestamp, outside
+	// whether it is outside the service area.
 	hasMove bool
 	outside bool
 	moveTS  int64
@@ -240,15 +244,20 @@ func (st *state) apply(e *event) {
 		if c.hasDist && (e.ts < c.distEnd || e.ts == c.distEnd && e.rev <= c.distRev) {
 			return
 		}
+		if !e.stopped {
+			c.stoppedSince = 0
+		} else if !c.hasDist || !c.stopped {
+			c.stoppedSince = e.start // still for the whole window
+		}
 		c.hasDist, c.stopped, c.dist, c.distEnd, c.distRev = true, e.stopped, e.dist, e.ts, e.rev
-	case evLeft, evEntered:
+	case evLeft, evEntered, evSide:
 		// A courier's moves are dated by strictly later fixes
 		// (geo.Presence): one dated no later than the move shown is that
 		// move again, or an older one re-delivered.
 		if c.hasMove && e.ts <= c.moveTS {
 			return
 		}
-		c.hasMove, c.outside, c.moveTS = true, e.kind == evLeft, e.ts
+		c.hasMove, c.outside, c.moveTS = true, e.kind == evLeft || e.kind == evSide && e.outside, e.ts
 	}
 	if !c.dirty {
 		c.dirty = true
@@ -325,10 +334,10 @@ func (st *state) broadcast(now time.Time) {
 //
 //	{"full":bool,"now":ms,"interval_ms":n,"tiles":"…","dropped":n,"refused":n,
 //	 "markets":[{"name":…,"mqtt":bool,"nats":bool,"lag_ms":n|null,
-//	            "received_per_s":x,"late_per_s":x,"rejected_per_s":x}],
+//	            "received_per_s":x,"late_per_s":x,"rejected_per_s":x,"tz":"…"}],
 //	 "gone":[id,…],
 //	 "c":[[id,market,lat,lon,timestamp_ms,state,distance_m|null,window_end_ms,revision,
-//	       outside_since_ms|null],…],
+//	       outside_since_ms|null[,stopped_since_ms]],…],
 //	 "zones_dropped":n,
 //	 "zones_gone":[[cell,market],…],
 //	 "zones":[[cell,market,warnings,couriers,restored,open,silence_ms,
@@ -339,8 +348,10 @@ func (st *state) broadcast(now time.Time) {
 // where market indexes "markets", state is a State code, revision numbers
 // the firing of the window shown (0: its first firing), outside_since_ms
 // is null unless the courier is outside its market's service area, and
-// then the timestamp_ms of the left_area result that moved it out (see
-// the package doc), and gone lists
+// then the timestamp of the fix that put it there (see the package doc),
+// stopped_since_ms is there only while its state is stopped: the start
+// of the first of its consecutive stopped windows, tz is the
+// market's IANA time zone (Market.Timezone, "UTC" when empty), and gone lists
 // the couriers forgotten since the last update (to remove before adding
 // those of "c": a courier forgotten and back is in both).
 //
@@ -363,7 +374,8 @@ func (st *state) broadcast(now time.Time) {
 // holes' are all rings). edges counts the H3 cell edges drawn; truncated
 // says the area had more than Config.MaxAreaEdges, and only the edges of
 // its first cells are drawn. outside_since_ms and "areas" came after the
-// dead-zone layer; the members before them are unchanged.
+// dead-zone layer, stopped_since_ms and tz after them; the members before
+// them are unchanged.
 func (st *state) encode(filter int, now time.Time, cs []*courier, zs []*zoneCell, full bool) []byte {
 	b := append(st.buf[:0], "data: {\"full\":"...)
 	b = strconv.AppendBool(b, full)
@@ -443,6 +455,10 @@ func (st *state) encode(filter int, now time.Time, cs []*courier, zs []*zoneCell
 		} else {
 			b = append(b, "null"...)
 		}
+		if c.state() == Stopped {
+			b = append(b, ',')
+			b = strconv.AppendInt(b, c.stoppedSince, 10)
+		}
 		b = append(b, ']')
 	}
 	b = append(b, `],"zones_dropped":`...)
@@ -487,6 +503,12 @@ func (st *state) appendMarket(b []byte, i int, name string, now time.Time) []byt
 	b = strconv.AppendFloat(b, late, 'f', 2, 64)
 	b = append(b, `,"rejected_per_s":`...)
 	b = strconv.AppendFloat(b, rej, 'f', 2, 64)
+	b = append(b, `,"tz":`...)
+	tz := st.cfg.Markets[i].Timezone
+	if tz == "" {
+		tz = "UTC"
+	}
+	b = appendString(b, tz)
 	return append(b, '}')
 }
 

@@ -59,11 +59,14 @@ type MarketUpdate struct {
 	ReceivedPerS float64 `json:"received_per_s"`
 	LatePerS     float64 `json:"late_per_s"`
 	RejectedPerS float64 `json:"rejected_per_s"`
+	// Timezone is the market's IANA time zone, for its times on the page.
+	Timezone string `json:"tz"`
 }
 
 // CourierUpdate is a courier in an Update, sent as the JSON array
 // [id, market, lat, lon, timestamp_ms, state, distance_m|null,
-// window_end_ms, revision, outside_since_ms|null].
+// window_end_ms, revision, outside_since_ms|null[, stopped_since_ms]], the
+// last member there only while the courier is stopped.
 type CourierUpdate struct {
 	ID       string
 	Market   int
@@ -81,23 +84,29 @@ type CourierUpdate struct {
 	WindowEnd   int64
 	Revision    int
 	// Outside is set while the courier is outside its market's service
-	// area: since OutsideSince, the timestamp_ms of the left_area result
-	// that moved it out.
+	// area: since OutsideSince, the timestamp of the fix that put it
+	// there (a left_area's, or the first fix the engine knew its side by).
 	Outside      bool
 	OutsideSince int64
+	// StoppedSince is, while State is Stopped, the start of the first of
+	// its consecutive stopped windows.
+	StoppedSince int64
 }
 
 // UnmarshalJSON reads the array form.
 func (c *CourierUpdate) UnmarshalJSON(b []byte) error {
 	var dist *float64
 	var state uint8
-	var outside *int64
-	a := []any{&c.ID, &c.Market, &c.Lat, &c.Lon, &c.TS, &state, &dist, &c.WindowEnd, &c.Revision, &outside}
+	var outside, stopped *int64
+	a := []any{&c.ID, &c.Market, &c.Lat, &c.Lon, &c.TS, &state, &dist, &c.WindowEnd, &c.Revision, &outside, &stopped}
 	if err := json.Unmarshal(b, &a); err != nil {
 		return fmt.Errorf("board: courier %s: %w", b, err)
 	}
-	if len(a) != 10 || int(state) >= len(stateText) {
-		return fmt.Errorf("board: courier %s: want 10 fields and a state code below %d", b, len(stateText))
+	if len(a) < 10 || len(a) > 11 || int(state) >= len(stateText) {
+		return fmt.Errorf("board: courier %s: want 10 or 11 fields and a state code below %d", b, len(stateText))
+	}
+	if len(a) == 11 && stopped != nil {
+		c.StoppedSince = *stopped
 	}
 	c.State = State(state)
 	if dist != nil {

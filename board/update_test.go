@@ -33,7 +33,7 @@ func FuzzEncodeDecode(f *testing.F) {
 			t.Skip("not a dead zone the engine emits: its figures are counts and durations")
 		}
 		c := &courier{id: id, place: where.Place{Lat: lat, Lon: lon, TS: ts, Silent: noSignal}, hasDist: hasDist, stopped: stopped, dist: dist, distEnd: ts / 2, distRev: rev,
-			hasMove: true, outside: outside, moveTS: ts / 3}
+			hasMove: true, outside: outside, moveTS: ts / 3, stoppedSince: ts / 5}
 		st := &state{
 			cfg:     Config{Markets: []Market{{Name: market}}, Interval: time.Second, Tiles: "/t/{z}/{x}/{y}"},
 			markets: []marketView{{status: Status{MQTT: true, Watermark: ts, HasWatermark: true}}},
@@ -56,6 +56,9 @@ func FuzzEncodeDecode(f *testing.F) {
 			t.Fatalf("decoded %+v", u)
 		}
 		g := u.Couriers[0]
+		if want := int64(0); c.state() == Stopped && g.StoppedSince != ts/5 || c.state() != Stopped && g.StoppedSince != want {
+			t.Errorf("stopped since %d in state %v, want %d while stopped, else 0", g.StoppedSince, c.state(), ts/5)
+		}
 		if g.ID != id || g.TS != ts || g.State != c.state() || g.HasDistance != hasDist || g.WindowEnd != ts/2 || g.Revision != int(rev) ||
 			g.Lat != lat || g.Lon != lon || g.Outside != outside || outside && g.OutsideSince != ts/3 || !outside && g.OutsideSince != 0 {
 			t.Errorf("courier %+v, want %+v", g, c)
@@ -135,7 +138,7 @@ func TestDecodeMessage_Rejects(t *testing.T) {
 		"short courier":      `data: {"c":[["a",0,1]]}` + "\n\n",
 		"no revision":        `data: {"c":[["a",0,1,2,3,1,null,0]]}` + "\n\n",
 		"no outside":         `data: {"c":[["a",0,1,2,3,1,null,0,0]]}` + "\n\n",
-		"long courier":       `data: {"c":[["a",0,1,2,3,1,null,0,0,null,0]]}` + "\n\n",
+		"long courier":       `data: {"c":[["a",0,1,2,3,1,null,0,0,null,0,0]]}` + "\n\n",
 		"bad state":          `data: {"c":[["a",0,1,2,3,9,null,0,0,null]]}` + "\n\n",
 		"bad outside":        `data: {"c":[["a",0,1,2,3,1,null,0,0,"x"]]}` + "\n\n",
 		"courier no list":    `data: {"c":[{"id":"a"}]}` + "\n\n",

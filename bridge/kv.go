@@ -22,6 +22,12 @@ const (
 	StatusNoSignal = "no_signal"
 )
 
+// Sides of the market's service area stored in CourierState.Area.
+const (
+	AreaInside  = "inside"
+	AreaOutside = "outside"
+)
+
 // CourierState is where a courier is now: the value (JSON) of its entry in
 // the courier bucket, under the key CourierKey(Courier).
 type CourierState struct {
@@ -36,6 +42,10 @@ type CourierState struct {
 	Cell string `json:"cell"`
 	// Status is StatusOnline or StatusNoSignal.
 	Status string `json:"status"`
+	// Area is the side of the market's service area the courier is on
+	// now, AreaInside or AreaOutside (MarkSide); empty, and left out of
+	// the JSON, for a market without one or before its side is known.
+	Area string `json:"area,omitempty"`
 }
 
 // The courier bucket has one writer: the KV goroutine (kvLoop), which owns a
@@ -79,6 +89,7 @@ const (
 	updNoSignal
 	updOnline
 	updState
+	updSide
 )
 
 // kvUpdate is one call waiting in the inbox.
@@ -89,6 +100,7 @@ type kvUpdate struct {
 	ts           int64
 	lat, lon     float64
 	cell, status string // updState
+	area         string // updState, updSide
 }
 
 // kvInbox is where the callers leave updates for the writer.
@@ -103,6 +115,7 @@ type kvInbox struct {
 // courierEntry is the table's view of one courier.
 type courierEntry struct {
 	state      CourierState // newest state, written or not
+	sideTS     int64        // the timestamp of the fix that decided state.Area
 	dirty      bool         // state not yet written
 	urgent     bool         // queued in kvTable.urgent: write at once
 	lastWrite  time.Time
@@ -270,6 +283,27 @@ func (c *Couriers) MarkOnline(courier string) {
 	}
 }
 
+// MarkSide records the side of the service area a known courier is on,
+// as of the fix at ts that decided it: the side the engine first knew it
+// on (engine OnSide) or a left_area / entered_area result's move. A side
+// dated no later than the one recorded is ignored (a move re-delivered,
+// or older than the side the engine told after a restart); a change is
+// written at once. An unknown courier is left alone: its first position
+// comes before its side.
+func (c *Couriers) MarkSide(courier string, ts int64, outside bool) {
+	if courier == "" {
+		c.kvRefused.Add(1)
+		return
+	}
+	area := AreaInside
+	if outside {
+		area = AreaOutside
+	}
+	if c.push(kvUpdate{kind: updSide, id: courier, ts: ts, area: area}, nil) {
+		c.wakeKV()
+	}
+}
+
 // UpdateCourier records a courier's whole state, unless a newer one (by TS)
 // is known; a courier's first state and a status change are written at
 // once, others coalesced as the package doc says. An empty id is refused
@@ -279,7 +313,7 @@ func (c *Couriers) UpdateCourier(cs CourierState) {
 		c.kvRefused.Add(1)
 		return
 	}
-	if c.push(kvUpdate{kind: updState, id: cs.Courier, ts: cs.TS, lat: cs.Lat, lon: cs.Lon, cell: cs.Cell, status: cs.Status}, nil) {
+	if c.push(kvUpdate{kind: updState, id: cs.Courier, ts: cs.TS, lat: cs.Lat, lon: cs.Lon, cell: cs.Cell, status: cs.Status, area: cs.Area}, nil) {
 		c.wakeKV()
 	}
 }
@@ -353,7 +387,7 @@ func (c *Couriers) apply(u *kvUpdate, ids []byte) {
 	)
 	if u.kind == updPosition {
 		e, added = entry(c, ids[u.idOff:u.idOff+u.idLen])
-	} else if u.kind == updOnline {
+	} else if u.kind == updOnline || u.kind == updSide {
 		if e = t.m[u.id]; e == nil {
 			return
 		}
@@ -361,6 +395,18 @@ func (c *Couriers) apply(u *kvUpdate, ids []byte) {
 		e, added = entry(c, u.id)
 	}
 	s := &e.state
+	if u.kind == updSide {
+		if s.Area != "" && u.ts <= e.sideTS {
+			return // dated no later than the side recorded
+		}
+		e.sideTS = u.ts
+		if u.area != s.Area {
+			s.Area = u.area
+			t.markUrgent(e)
+			t.touch(e)
+		}
+		return
+	}
 	p := where.Place{TS: s.TS, Lat: s.Lat, Lon: s.Lon, Silent: s.Status == StatusNoSignal}
 	applied, status := false, false
 	switch u.kind {
@@ -379,7 +425,10 @@ func (c *Couriers) apply(u *kvUpdate, ids []byte) {
 		if u.status != s.Status {
 			t.markUrgent(e)
 		}
-		*s = CourierState{Courier: s.Courier, Lat: u.lat, Lon: u.lon, TS: u.ts, Cell: u.cell, Status: u.status}
+		if u.area != s.Area {
+			t.markUrgent(e)
+		}
+		*s = CourierState{Courier: s.Courier, Lat: u.lat, Lon: u.lon, TS: u.ts, Cell: u.cell, Status: u.status, Area: u.area}
 	} else {
 		if !applied {
 			return

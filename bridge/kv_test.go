@@ -91,3 +91,44 @@ func TestUpdatePosition_EvictedAndBackKeepsItsNewState(t *testing.T) {
 		t.Errorf("got KVEvicted %d, KVCouriers %d; want 2 (a, b), 2 (c, a)", st.KVEvicted, st.KVCouriers)
 	}
 }
+
+// The courier's entry says which side of the service area it is on now:
+// the side the engine first knew (MarkSide from OnSide), then each move's;
+// a side dated no later than the one recorded changes nothing, a courier
+// not in the table gets no entry from a side alone, and positions and
+// status changes keep the side.
+func TestMarkSide_TheSideNow(t *testing.T) {
+	srv := testenv.StartNATS(t)
+	nc := srv.Connect(t)
+	b := mustOpen(t, nc, bridge.Config{Market: "girona", KVInterval: time.Second})
+	bucket := b.Config().KVBucket
+	b.MarkSide("ghost", 100, true)
+	steps := []struct {
+		name     string
+		do       func()
+		wantTS   int64
+		wantArea string
+	}{
+		{"first position: no side yet", func() { b.UpdatePosition([]byte("c1"), 100, 1, 2) }, 100, ""},
+		{"first seen outside", func() { b.MarkSide("c1", 100, true) }, 100, bridge.AreaOutside},
+		{"an older side ignored", func() { b.MarkSide("c1", 90, false) }, 100, bridge.AreaOutside},
+		{"the same side again ignored", func() { b.MarkSide("c1", 100, false) }, 100, bridge.AreaOutside},
+		{"no_signal keeps the side", func() { b.MarkNoSignal("c1", 100, 1, 2) }, 100, bridge.AreaOutside},
+		{"entered", func() { b.MarkSide("c1", 200, false) }, 100, bridge.AreaInside},
+		{"a newer position keeps it", func() { b.UpdatePosition([]byte("c1"), 300, 3, 4) }, 300, bridge.AreaInside},
+		{"left", func() { b.MarkSide("c1", 400, true) }, 300, bridge.AreaOutside},
+	}
+	for _, s := range steps {
+		s.do()
+		got, _, ok := waitKV(t, nc, bucket, "c1", 2*time.Second, func(cs bridge.CourierState) bool {
+			return cs.TS == s.wantTS && cs.Area == s.wantArea
+		})
+		if !ok {
+			t.Fatalf("%s: got %+v, want ts %d area %q", s.name, got, s.wantTS, s.wantArea)
+		}
+	}
+	b.TickKV()
+	if cs, _, ok := waitKV(t, nc, bucket, "ghost", 100*time.Millisecond, func(cs bridge.CourierState) bool { return cs.Courier != "" }); ok {
+		t.Errorf("a side alone made an entry: %+v", cs)
+	}
+}

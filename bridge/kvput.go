@@ -139,7 +139,7 @@ func (c *Couriers) writeChunk(ctx context.Context, ws []kvWrite) error {
 // reflection; a value only encoding/json gets right (a courier id that
 // needs escaping, a float it prints with an exponent) goes through it.
 func appendCourierState(dst []byte, cs *CourierState) ([]byte, error) {
-	if !plainJSON(cs.Courier) || !plainJSON(cs.Cell) || !plainJSON(cs.Status) || !plainFloat(cs.Lat) || !plainFloat(cs.Lon) {
+	if !plainJSON(cs.Courier) || !plainJSON(cs.Cell) || !plainJSON(cs.Status) || !plainJSON(cs.Area) || !plainFloat(cs.Lat) || !plainFloat(cs.Lon) {
 		v, err := json.Marshal(cs)
 		return append(dst, v...), err
 	}
@@ -155,6 +155,10 @@ func appendCourierState(dst []byte, cs *CourierState) ([]byte, error) {
 	dst = append(dst, cs.Cell...)
 	dst = append(dst, `","status":"`...)
 	dst = append(dst, cs.Status...)
+	if cs.Area != "" {
+		dst = append(dst, `","area":"`...)
+		dst = append(dst, cs.Area...)
+	}
 	return append(dst, `"}`...), nil
 }
 

@@ -10,6 +10,9 @@ func TestAppendCourierState_AsEncodingJSON(t *testing.T) {
 	states := []CourierState{
 		{Courier: "van-3", Lat: 41.9794, Lon: 2.8214, TS: 1726308000000, Cell: "89394460c6fffff", Status: StatusOnline},
 		{Courier: "c:1", Lat: -33.45, Lon: -70.666667, TS: 1, Cell: "", Status: StatusNoSignal},
+		{Courier: "out", Lat: 41.9, Lon: 2.8, TS: 1, Cell: "89394460c6fffff", Status: StatusOnline, Area: AreaOutside},
+		{Courier: "in", Lat: 41.9, Lon: 2.8, TS: 1, Status: StatusNoSignal, Area: AreaInside},
+		{Courier: "odd", Lat: 1, Lon: 2, Area: "<\"\x01"}, // escaped
 		{Courier: "x", Lat: 0, Lon: math.Copysign(0, -1), TS: -5},
 		{Courier: "tiny", Lat: 1e-7, Lon: -9.99e-7, TS: 0},         // exponent
 		{Courier: "edge", Lat: 1e-6, Lon: 1e21, TS: math.MaxInt64}, // the switch points
@@ -25,10 +28,10 @@ func TestAppendCourierState_AsEncodingJSON(t *testing.T) {
 }
 
 func FuzzAppendCourierState(f *testing.F) {
-	f.Add("van-3", 41.9794, 2.8214, int64(1726308000000), "89394460c6fffff", StatusOnline)
-	f.Add("q\"\\<", 1e-7, 1e22, int64(-1), "", "\xff")
-	f.Fuzz(func(t *testing.T, courier string, lat, lon float64, ts int64, cell, status string) {
-		checkCourierState(t, CourierState{Courier: courier, Lat: lat, Lon: lon, TS: ts, Cell: cell, Status: status})
+	f.Add("van-3", 41.9794, 2.8214, int64(1726308000000), "89394460c6fffff", StatusOnline, "")
+	f.Add("q\"\\<", 1e-7, 1e22, int64(-1), "", "\xff", AreaOutside)
+	f.Fuzz(func(t *testing.T, courier string, lat, lon float64, ts int64, cell, status, area string) {
+		checkCourierState(t, CourierState{Courier: courier, Lat: lat, Lon: lon, TS: ts, Cell: cell, Status: status, Area: area})
 	})
 }
 

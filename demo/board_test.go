@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
 
 	"github.com/km0/edgeproc/board"
@@ -26,8 +27,12 @@ var boardURLRe = regexp.MustCompile(`fleet board: +(http://127\.0\.0\.1:\d+/boar
 // `edgeproc demo` prints its fleet board's URL; the page, in a real
 // headless Chromium, draws the whole simulated fleet with no console error,
 // and shows moving and no-signal couriers once the first windows have fired
-// and the fleet's tunnels begin. The
-// screenshot is the README's.
+// and the fleet's tunnels begin. Most couriers are inside Girona's service
+// area and the few outside it are counted by their side now, those first
+// seen there included (the demo's first minute has no left_area), each
+// with the outside ring and in the outside list; the lists say since when
+// on Madrid's 24-hour clock. The screenshot, a stopped courier hovered, is
+// the README's.
 func TestRun_BoardInChromium(t *testing.T) {
 	const couriers = 140
 	ctx, cancel := context.WithCancel(context.Background())
@@ -56,16 +61,32 @@ func TestRun_BoardInChromium(t *testing.T) {
 	// Each courier sends every ~5 s, and one that starts in a tunnel
 	// (20–40 s) only after it; a no_signal takes the 15 s gap.
 	const ds = `document.getElementById("map").dataset`
-	br.Wait(t, 50*time.Second, fmt.Sprintf(`%s.drawn == %d && %s.drawn_no_signal > 0 && %s.drawn_moving > 0`, ds, couriers, ds, ds),
+	br.Wait(t, 50*time.Second, fmt.Sprintf(`%s.drawn == %d && %s.drawn_no_signal > 0 && %s.drawn_moving > 0 && document.querySelectorAll("#stopped tbody tr").length > 0`, ds, couriers, ds, ds),
 		`JSON.stringify(`+ds+`)`)
 	if n := testenv.Eval[int](t, br, `window.board.couriers()`); n != couriers {
 		t.Errorf("the page tracks %d couriers, want %d", n, couriers)
 	}
+	// Outside: counted in the legend, ringed and listed alike, a few.
+	br.Wait(t, 20*time.Second, `window.board.outside() > 0`, `window.board.outside()`)
+	type outside struct {
+		Legend, Ringed, Listed int
+		Since                  string
+	}
+	o := testenv.Eval[outside](t, br, `({Legend: +document.getElementById("n-outside").textContent, Ringed: window.board.outside(),
+		Listed: +document.getElementById("out-count").textContent, Since: document.querySelector("#outside tbody td:nth-child(2)").textContent})`)
+	if o.Legend != o.Ringed || o.Listed != o.Ringed || o.Ringed > couriers/10 {
+		t.Errorf("outside the service area: legend %d, ringed %d, listed %d; want the same few (1 to %d)", o.Legend, o.Ringed, o.Listed, couriers/10)
+	}
+	if !regexp.MustCompile(`^([01]\d|2[0-3]):[0-5]\d:[0-5]\d$`).MatchString(o.Since) {
+		t.Errorf("outside since %q, want a 24-hour clock", o.Since)
+	}
 	if errs := br.Errors(); len(errs) > 0 {
 		t.Errorf("the page reported errors: %q", errs)
 	}
-	// One more update so that the lists show what the map shows.
-	time.Sleep(time.Second)
+	// A stopped courier hovered, for the screenshot: its label shows.
+	at := testenv.Eval[[]float64](t, br, `(() => { const id = document.querySelector("#stopped tbody tr").dataset.id, p = window.board.pointOf(id), m = document.getElementById("map").getBoundingClientRect(); return [m.left + p[0], m.top + p[1]]; })()`)
+	br.Do(t, 5*time.Second, chromedp.MouseEvent(input.DispatchMouseEventTypeMouseMoved, at[0], at[1]))
+	br.Wait(t, 5*time.Second, `!document.getElementById("tip").hidden && document.getElementById("tip").textContent.includes("stopped since")`, `document.getElementById("tip").textContent`)
 	png := br.Screenshot(t)
 	p := filepath.Join(t.ArtifactDir(), "board.png")
 	if err := os.WriteFile(p, png, 0o644); err != nil {

@@ -41,14 +41,18 @@ import (
 )
 
 // gironaArea is the demo's service area, Girona's built-up area drawn by
-// hand (README.md): the fleet's couriers, round the city centre, drive in
-// and out of it.
+// hand (README.md): most of the fleet's couriers work inside it, and a few
+// drive out of it across its western and southern edges and back.
 //
 //go:embed girona-area.geojson
 var gironaArea []byte
 
 // Market is the demo's market name.
 const Market = "demo"
+
+// Timezone is the demo market's time zone (Girona's): the console and the
+// fleet board show its clock.
+const Timezone = "Europe/Madrid"
 
 // demoMaxBytes bounds the demo's result stream: an hour of the demo's
 // fleet (140 couriers, a window every 10 s) is about 25 MB.
@@ -102,6 +106,10 @@ type Options struct {
 	// Ready, when set, is called once every server listens and the fleet
 	// is about to start, with their addresses.
 	Ready func(Addrs)
+	// Command is how the banner's commands run edgeproc (e.g.
+	// "./edgeproc", or "go run ./cmd/edgeproc" for a binary go run
+	// built). Default "edgeproc".
+	Command string
 }
 
 // Addrs are the demo's loopback endpoints.
@@ -150,14 +158,17 @@ func (o Options) withDefaults() Options {
 	if o.TallyEvery <= 0 {
 		o.TallyEvery = DefaultTallyEvery
 	}
+	if o.Command == "" {
+		o.Command = "edgeproc"
+	}
 	return o
 }
 
 // marketConfig is the processor's configuration for the demo: short windows
 // so that distance (20 s windows every 10 s), no_signal (15 s of silence),
-// signal_restored, late records and dead zones (30 s windows) all show up
-// within a minute, and Girona's service area, which couriers leave and
-// enter every few seconds.
+// signal_restored, late records (past 20 s of allowed lateness) and dead
+// zones (30 s windows) all show up within a minute, Girona's service area,
+// which a few couriers leave and enter, and Girona's time zone.
 func marketConfig(mqttAddr, httpAddr, stateDir string) (config.Config, error) {
 	c := config.Default()
 	c.Market = Market
@@ -170,10 +181,13 @@ func marketConfig(mqttAddr, httpAddr, stateDir string) (config.Config, error) {
 	c.Windows.Slide = 10 * time.Second
 	c.Windows.Gap = 15 * time.Second
 	c.Windows.ToleratedDelay = 3 * time.Second
-	c.Windows.AllowedLateness = 30 * time.Second // the delay profile's tail revises windows now and then
+	// The delay profile's tail revises windows now and then, and its
+	// longest delays are late within the first minute (TestFleet_LateInTheFirstMinute).
+	c.Windows.AllowedLateness = 20 * time.Second
 	c.Windows.IdleTimeout = 5 * time.Second
 	c.Windows.MaxFutureSkew = time.Minute
 	c.DeadZones.Window = 30 * time.Second
+	c.Timezone = Timezone
 	area, err := geo.ParseArea("girona-area.geojson", gironaArea, geo.AreaResolution)
 	if err != nil {
 		return c, fmt.Errorf("demo service area: %w", err)
@@ -198,9 +212,12 @@ func fleetTweaks() fleet.Config {
 		TunnelFraction: 0.25,
 		TunnelMin:      20 * time.Second,
 		TunnelMax:      40 * time.Second,
-		// Round the south edge of Girona's service area, so that couriers
-		// leave and enter it within the demo's first minutes.
-		CenterLat: 41.952, CenterLon: 2.8214,
+		// Round Girona's centre, mostly inside the service area, and a
+		// tenth of the fleet round its south-western edge, so that most
+		// couriers work inside and a few leave it and come back
+		// (TestFleet_MovesAcrossTheServiceArea).
+		CenterLat: 41.9794, CenterLon: 2.8214, Radius: 2200,
+		RoamFraction: 0.1, RoamLat: 41.955, RoamLon: 2.81, RoamRadius: 2500,
 	}
 }
 
@@ -210,7 +227,8 @@ func fleetTweaks() fleet.Config {
 func Run(ctx context.Context, opts Options) (tot Totals, err error) {
 	o := opts.withDefaults()
 	log := o.Log
-	out := newFeed(o.Out, o.Color, time.Local)
+	// The console's clock is the market's, as on the fleet board.
+	out := newFeed(o.Out, o.Color, config.Config{Timezone: Timezone}.Location())
 	tot.Results = map[string]uint64{}
 
 	dir, err := os.MkdirTemp("", "edgeproc-demo-")
@@ -456,9 +474,9 @@ func printBanner(f *feed, o Options, a Addrs) {
   windows: distance 20s sliding every 10s, no-signal gap 15s, tolerated delay 3s
   fleet board:          http://%s/board/
   watch the positions:  mosquitto_sub -h 127.0.0.1 -p %s -t 'km0/%s/positions/#' -v
-  follow the results:   edgeproc tail --nats %s --market %s   (or: nats sub -s %s 'delivery.dashboard.>')
+  follow the results:   %s tail --nats %s --market %s   (or: nats sub -s %s 'delivery.dashboard.>')
   metrics:              http://%s/metrics
-`, o.Couriers, o.Seed, until, a.HTTP, port(a.MQTT), Market, a.NATS, Market, a.NATS, a.HTTP))
+`, o.Couriers, o.Seed, until, a.HTTP, port(a.MQTT), Market, o.Command, a.NATS, Market, a.NATS, a.HTTP))
 }
 
 // port returns the port of a host:port.

@@ -163,6 +163,7 @@ func TestRun_EveryResultTypeReachesNATS(t *testing.T) {
 	for _, want := range []string{
 		"mosquitto_sub -h 127.0.0.1 -p " + port(addrs.MQTT) + " -t 'km0/demo/positions/#' -v",
 		"nats sub -s " + addrs.NATS + " 'delivery.dashboard.>'",
+		"edgeproc tail --nats " + addrs.NATS + " --market demo",
 		"totals: distance ",
 	} {
 		if !strings.Contains(text, want) {
@@ -255,27 +256,116 @@ func TestBinary_SIGINT(t *testing.T) {
 }
 
 // TestFleet_MovesAcrossTheServiceArea replays the demo's fleet (its
-// tweaks, 140 couriers, 3 minutes) through the demo's market
-// configuration: couriers leave and enter Girona's service area, and
-// dead zones fire, within those minutes.
+// tweaks, 140 couriers, 20 minutes) through the demo's market
+// configuration: couriers leave and enter Girona's service area and dead
+// zones fire within the first 3 minutes; most couriers work inside it all
+// along, a few are outside it at any time (by their side then, first
+// sides included), and couriers that left come back.
 func TestFleet_MovesAcrossTheServiceArea(t *testing.T) {
 	cfg, err := marketConfig("127.0.0.1:1", "127.0.0.1:0", t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	fc := fleetTweaks()
-	fc.Couriers, fc.Duration, fc.Seed = DefaultCouriers, 3*time.Minute, 1
+	fc.Couriers, fc.Duration, fc.Seed = DefaultCouriers, 20*time.Minute, DefaultSeed
 	f := fleet.New(fc)
-	e := engine.New(market.EngineConfig(cfg), func([]result.Record) {})
+	ecfg := market.EngineConfig(cfg)
+	var (
+		mu                   sync.Mutex
+		outside              = map[string]bool{}
+		left                 = map[string]bool{}
+		back, maxOut         int
+		firstLeft, firstBack = int64(-1), int64(-1)
+		firstIn              = int64(-1)
+	)
+	count := func() {
+		n := 0
+		for _, o := range outside {
+			if o {
+				n++
+			}
+		}
+		maxOut = max(maxOut, n)
+	}
+	ecfg.OnSide = func(courier string, _ int64, out bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		outside[courier] = out
+	}
+	since := func(ts int64) int64 { return ts - fleet.DefaultStart }
+	e := engine.New(ecfg, func(rs []result.Record) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, r := range rs {
+			switch r.Type {
+			case result.LeftArea:
+				outside[r.Courier], left[r.Courier] = true, true
+				if firstLeft < 0 {
+					firstLeft = since(r.TS)
+				}
+			case result.EnteredArea:
+				outside[r.Courier] = false
+				if firstIn < 0 {
+					firstIn = since(r.TS)
+				}
+				if left[r.Courier] {
+					back++
+					if firstBack < 0 {
+						firstBack = since(r.TS)
+					}
+				}
+			}
+		}
+		count()
+	})
 	for ev, ok := f.Next(); ok; ev, ok = f.Next() {
 		e.Push(&engine.Input{Payload: fleet.AppendJSON(nil, ev, false), Arrival: ev.Arrival, HasArrival: true})
 	}
 	e.Stop() // as a live run: nothing fires for lack of input
-	got := e.Stats().Results
-	for _, typ := range []string{"left_area", "entered_area", "dead_zone"} {
-		if got[typ] == 0 {
-			t.Errorf("the demo's fleet gave %v in 3 minutes: want %s", got, typ)
-		}
+	if got := e.Stats().Results; got["dead_zone"] == 0 {
+		t.Errorf("the demo's fleet gave %v in 20 minutes: want dead_zone", got)
 	}
-	t.Logf("3 minutes of the demo's fleet: %d left_area, %d entered_area, %d dead_zone", got["left_area"], got["entered_area"], got["dead_zone"])
+	mu.Lock()
+	defer mu.Unlock()
+	const minutes3 = 3 * 60_000
+	if firstLeft < 0 || firstLeft > minutes3 || firstIn < 0 || firstIn > minutes3 {
+		t.Errorf("first left_area %d ms and entered_area %d ms into the fleet, want both within 3 minutes", firstLeft, firstIn)
+	}
+	if len(outside) < DefaultCouriers*9/10 || maxOut == 0 || maxOut > DefaultCouriers/10 || back == 0 {
+		t.Errorf("of %d couriers with a side, at most %d outside at once and %d came back in after leaving: want most of the %d with a side, 1 to %d outside, and one back at least",
+			len(outside), maxOut, back, DefaultCouriers, DefaultCouriers/10)
+	}
+	t.Logf("20 minutes of the demo's fleet: %d couriers left the area, %d came back (the first %v in); at most %d of %d outside at once",
+		len(left), back, time.Duration(firstBack)*time.Millisecond, maxOut, len(outside))
+}
+
+// TestFleet_LateInTheFirstMinute replays the demo's fleet through the
+// demo's configuration: a late record comes within the first minute, as
+// the README says of every result type.
+func TestFleet_LateInTheFirstMinute(t *testing.T) {
+	cfg, err := marketConfig("127.0.0.1:1", "127.0.0.1:0", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc := fleetTweaks()
+	fc.Couriers, fc.Duration, fc.Seed = DefaultCouriers, 2*time.Minute, DefaultSeed
+	fc.DuplicateRate, fc.BadRate = DefaultDuplicateRate, DefaultBadRate
+	f := fleet.New(fc)
+	first := int64(-1)
+	e := engine.New(market.EngineConfig(cfg), func(rs []result.Record) {
+		for _, r := range rs {
+			if r.Type == result.Late && first < 0 {
+				first = r.EmittedAt // from the merger's one goroutine
+			}
+		}
+	})
+	for ev, ok := f.Next(); ok; ev, ok = f.Next() {
+		e.Push(&engine.Input{Payload: fleet.AppendJSON(nil, ev, false), Arrival: ev.Arrival, HasArrival: true})
+	}
+	e.Stop()
+	if at := time.Duration(first-fleet.DefaultStart) * time.Millisecond; first < 0 || at > time.Minute {
+		t.Errorf("first late record %v into the demo's fleet (-1: none in 2 minutes), want within the first minute", at)
+	} else {
+		t.Logf("first late record %v into the demo's fleet", at)
+	}
 }

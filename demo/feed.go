@@ -180,7 +180,7 @@ func (f *feed) board(now time.Time, extra string) {
 	clock := now.In(f.loc()).Format("15:04:05")
 	head := fmt.Sprintf("%s ── %d couriers: %s moving, %s stopped, %d one position, %s silent ── late %s, rejected %s",
 		clock, len(f.couriers), f.p.Paint("\x1b[32m", fmt.Sprint(moving)), fmt.Sprint(len(stopped)), one,
-		f.p.Paint("\x1b[31m", fmt.Sprint(len(silent))), rate(3), rate(4))
+		f.p.Paint("\x1b[31m", fmt.Sprint(len(silent))), rate(typeIndex("late")), rate(typeIndex("rejected")))
 	if extra != "" {
 		head += " ── " + extra
 	}

@@ -93,10 +93,19 @@ func TestFeed_Board(t *testing.T) {
 	}
 	// Rates are per second since the previous board.
 	out.Reset()
-	f.handle([]byte(`{"type":"late","courier":"a-moving","operator":"session","emitted_at_ms":1}`))
+	for _, m := range []string{
+		`{"type":"late","courier":"a-moving","operator":"session","emitted_at_ms":1}`,
+		`{"type":"rejected","reason":"bad_json","raw":"{nope","emitted_at_ms":1767614410000}`,
+		`{"type":"rejected","reason":"bad_json","raw":"{nope","emitted_at_ms":1767614410000}`,
+		`{"type":"rejected","reason":"bad_json","raw":"{nope","emitted_at_ms":1767614410000}`,
+		`{"type":"left_area","courier":"a-moving","timestamp_ms":1767614405000,"lat":41.95,"lon":2.82,"emitted_at_ms":1767614410000}`,
+		`{"type":"entered_area","courier":"a-moving","timestamp_ms":1767614406000,"lat":41.95,"lon":2.82,"emitted_at_ms":1767614410000}`,
+	} {
+		f.handle([]byte(m))
+	}
 	f.board(time.UnixMilli(t1200+20000), "")
-	if got := out.String(); !strings.Contains(got, "late 0.1/s, rejected 0.0/s\n") {
-		t.Errorf("got %q, want late 0.1/s (1 in 10 s)", got)
+	if got := out.String(); !strings.Contains(got, "late 0.1/s, rejected 0.3/s\n") {
+		t.Errorf("got %q, want late 0.1/s and rejected 0.3/s (1 and 3 in 10 s)", got)
 	}
 }
 

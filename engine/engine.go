@@ -112,6 +112,17 @@ type Config struct {
 	// that stops being tracked: forgotten after RestoreTTL, or evicted to
 	// make room at MaxCouriers. Like OnPosition, it must not block.
 	OnForget func(courier string)
+	// OnSide, when set with Area, is called once per courier and engine
+	// with the side of the area the courier is on (outside or inside) as
+	// of the fix at ts, when that side is first known to this engine: the
+	// courier's first fix out of the border band, or its first fix after
+	// the engine was restored, unless that fix completes a move (then the
+	// left_area or entered_area result says it). Later moves are results
+	// only: the first side is no move (docs/semantics.md), and this is how
+	// a live view learns it without an H3 lookup of its own. It is called
+	// from the shards' goroutines, several at once: it must be safe for
+	// concurrent use, cheap, and must not block.
+	OnSide func(courier string, ts int64, outside bool)
 }
 
 // Input is one arrived message.
@@ -171,9 +182,10 @@ type params struct {
 	res     int
 	area    *geo.Area
 	// log and hint: the rate-limited seconds hint of late positions.
-	log  *slog.Logger
-	hint *ratelog.Limiter
-	rows bool // Config.OnRows is set: shards keep their accepted positions
+	log    *slog.Logger
+	hint   *ratelog.Limiter
+	rows   bool // Config.OnRows is set: shards keep their accepted positions
+	onSide func(courier string, ts int64, outside bool)
 }
 
 const inFlight = 4 // chunks between the sequencer and the merger
@@ -204,6 +216,7 @@ func New(cfg Config, sink Sink) *Engine {
 			market: cfg.Market, spec: spec, gap: cfg.Gap,
 			filter: cfg.Filter, stopped: cfg.StoppedBelowM, res: cfg.H3Resolution, area: cfg.Area,
 			log: cfg.Log, hint: &ratelog.Limiter{Every: hintEvery}, rows: cfg.OnRows != nil,
+			onSide: cfg.OnSide,
 		},
 		wm:    watermark.New(cfg.ToleratedDelay, cfg.IdleTimeout, cfg.MaxFutureSkew),
 		track: newTracker(cfg.MaxCouriers, max(cfg.RestoreTTL, idle), idle, cfg.Shards),

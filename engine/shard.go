@@ -22,8 +22,12 @@ type courier struct {
 	timer  int64         // when its live timer entry fires
 	timed  bool          // it has a live timer entry
 	gone   bool          // forgotten: its heap entries are stale
-	epoch  uint32        // the shard's snapshot epoch it was last saved in (or born after)
-	due    uint32        // the epoch of the next snapshot it must be in: changed since the last
+	// sideTold: its side of the service area was given to OnSide or in a
+	// move's result since this engine holds it (not checkpointed: a
+	// restored engine tells it again).
+	sideTold bool
+	epoch    uint32 // the shard's snapshot epoch it was last saved in (or born after)
+	due      uint32 // the epoch of the next snapshot it must be in: changed since the last
 
 	// The last H3 cell computed and its point: a parked courier's windows
 	// end on the same fix, and a cell costs ~1.5 µs.
@@ -252,6 +256,14 @@ func (s *shard) stepArea(c *courier, ev *event) {
 			Order: result.Order{Seq: ev.seq, Rank: 4},
 			TS:    at.TS, Lat: at.Lat, Lon: at.Lon, Cell: geo.Cell(at.Lat, at.Lon, s.p.res),
 		})
+		c.sideTold = true
+	} else if !c.sideTold && c.area.Side != 0 {
+		// The first side is no result (docs/semantics.md), but the board
+		// and the bucket show it: once per courier and engine.
+		c.sideTold = true
+		if s.p.onSide != nil {
+			s.p.onSide(c.name, ev.ts, c.area.Side == geo.Outside)
+		}
 	}
 }
 

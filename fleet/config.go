@@ -80,6 +80,14 @@ type Config struct {
 	// Radius is the radius in metres around the centre inside which route
 	// destinations are chosen. Default 4000.
 	Radius float64
+	// RoamFraction is the fraction of couriers (rounded up, chosen by the
+	// seed) that drive round another centre,
+	// RoamLat and RoamLon, within RoamRadius metres of it: a few couriers
+	// working across a service area's edge among a fleet inside it.
+	// Default 0: none (and the fleet is the same as without these fields).
+	RoamFraction     float64
+	RoamLat, RoamLon float64
+	RoamRadius       float64
 	// TunnelRate is the expected number of tunnels per hour of driving of a
 	// tunnel-prone courier. In a tunnel a courier emits nothing for a
 	// uniform TunnelMin–TunnelMax (by default 3.5–6 min, longer than the
@@ -139,6 +147,13 @@ func (c Config) withDefaults() Config {
 		c.Radius = DefaultRadius
 	}
 	c.Radius = math.Min(c.Radius, 100_000)
+	c.RoamFraction = clamp(finiteOr(c.RoamFraction, 0), 0, 1)
+	c.RoamLat = clamp(finiteOr(c.RoamLat, c.CenterLat), -80, 80)
+	c.RoamLon = clamp(finiteOr(c.RoamLon, c.CenterLon), -180, 180)
+	if !(c.RoamRadius > 0) || math.IsInf(c.RoamRadius, 0) {
+		c.RoamRadius = c.Radius
+	}
+	c.RoamRadius = math.Min(c.RoamRadius, 100_000)
 	c.TunnelRate = rateDefault(c.TunnelRate, DefaultTunnelRate)
 	c.TunnelFraction = math.Min(rateDefault(c.TunnelFraction, DefaultTunnelFraction), 1)
 	if c.TunnelMin <= 0 {

@@ -63,6 +63,10 @@ type courier struct {
 	leg          int  // legs started so far (tests group fixes by leg)
 	noiseX       float64
 	noiseY       float64
+	// roam: its trips go round (ox, oy), plane metres from the centre
+	// (Config.RoamFraction).
+	roam   bool
+	ox, oy float64
 }
 
 // advance moves the courier's true state forward by dtMs of event time.
@@ -103,6 +107,7 @@ func (c *courier) park(r *rand.Rand, stopS float64) {
 
 func (c *courier) startTrip(r *rand.Rand, radius float64) {
 	dx, dy := inDisk(r, radius)
+	dx, dy = dx+c.ox, dy+c.oy
 	c.destX, c.destY = dx, dy
 	cx, cy := dx, c.y // along x first
 	if r.IntN(2) == 0 {

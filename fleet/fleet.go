@@ -130,6 +130,17 @@ func New(cfg Config) *Fleet {
 			f.couriers[i].prone = true
 		}
 	}
+	// Drawn last, and only with roamers: the other fleets stay as they were.
+	if roam := int(math.Ceil(cfg.RoamFraction*float64(cfg.Couriers) - 1e-9)); roam > 0 {
+		ox := (cfg.RoamLon - cfg.CenterLon) / f.proj.degPerMLon
+		oy := (cfg.RoamLat - cfg.CenterLat) / f.proj.degPerMLat
+		for _, i := range r.Perm(cfg.Couriers)[:roam] {
+			c := &f.couriers[i]
+			c.roam, c.ox, c.oy = true, ox, oy
+			// Moved there whole, its first leg or stop with it.
+			c.x, c.y, c.destX, c.destY = c.x+ox, c.y+oy, c.destX+ox, c.destY+oy
+		}
+	}
 	for i := range f.couriers {
 		f.pushCourier(int32(i))
 	}
@@ -182,7 +193,11 @@ func (f *Fleet) generate() {
 		return
 	}
 	r := f.rnd
-	c.advance(ts-c.lastTS, r, f.cfg.Radius)
+	radius := f.cfg.Radius
+	if c.roam {
+		radius = f.cfg.RoamRadius
+	}
+	c.advance(ts-c.lastTS, r, radius)
 	c.lastTS = ts
 	x, y, acc := c.fix(r)
 	e := Event{Courier: c.id, TS: ts, Accuracy: roundTo(acc, 10)}

@@ -340,3 +340,56 @@ func BenchmarkNextAppendJSON(b *testing.B) {
 		buf = AppendJSON(buf[:0], e, true)
 	}
 }
+
+// Roamers drive round their own centre from the start, the others round
+// the fleet's; with no roamers the roaming fields change nothing.
+func TestFleet_Roamers(t *testing.T) {
+	base := Config{Couriers: 40, Duration: 15 * time.Minute, Seed: 7, TunnelRate: -1}
+	roaming := base
+	// 40 km north: no path of one disk comes near the other.
+	roaming.RoamFraction, roaming.RoamLat, roaming.RoamLon, roaming.RoamRadius = 0.1, DefaultCenterLat+0.36, DefaultCenterLon, 1500
+	near := func(e Event, lat, lon, m float64) bool {
+		dy := (e.Lat - lat) * 111_195
+		dx := (e.Lon - lon) * 111_195 * math.Cos(lat*math.Pi/180)
+		return math.Hypot(dx, dy) <= m
+	}
+	where := map[string][2]int{} // courier -> fixes near the fleet's centre, near the roamers'
+	firsts := map[string]Event{}
+	f := New(roaming)
+	for e, ok := f.Next(); ok; e, ok = f.Next() {
+		if e.Raw != nil {
+			continue
+		}
+		w := where[e.Courier]
+		// Legs go through a corner: within √2 × the radius, and the noise.
+		if near(e, DefaultCenterLat, DefaultCenterLon, DefaultRadius*1.5) {
+			w[0]++
+		} else if near(e, roaming.RoamLat, roaming.RoamLon, DefaultRadius*1.5) { // its first leg is from a point of the fleet's disk, moved
+			w[1]++
+		} else {
+			t.Fatalf("%s at %v, %v: near neither centre", e.Courier, e.Lat, e.Lon)
+		}
+		where[e.Courier] = w
+		if _, ok := firsts[e.Courier]; !ok {
+			firsts[e.Courier] = e
+		}
+	}
+	roamers := 0
+	for id, w := range where {
+		if w[0] > 0 && w[1] > 0 {
+			t.Errorf("%s drove round both centres: %v", id, w)
+		}
+		if w[1] > 0 {
+			roamers++
+		}
+	}
+	if roamers != 4 {
+		t.Errorf("%d roamers, want 4 (a tenth of 40)", roamers)
+	}
+	// Without roamers, the roaming fields change nothing.
+	unused := roaming
+	unused.RoamFraction = 0
+	if !bytes.Equal(replayBytes(t, base), replayBytes(t, unused)) {
+		t.Error("a fleet with RoamFraction 0 differs from the same fleet without the roaming fields")
+	}
+}

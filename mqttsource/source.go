@@ -180,6 +180,7 @@ func (s *Source) Run(ctx context.Context, m *market.Market) error {
 	out := m.Sink().Output()
 	ecfg.OnPosition = out.Position
 	ecfg.OnForget = out.Forget
+	ecfg.OnSide = out.Side
 	if err := s.recover(ecfg); err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}

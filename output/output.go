@@ -2,9 +2,11 @@
 // both sources (the MQTT source's single process and the partitioned
 // JetStream source): each result is published to the market's results
 // stream under its key, the courier bucket is told what the result says of
-// its courier (no_signal, back online), and the fleet board gets the same
-// positions and results at the same point, so the bucket and the board
-// never disagree about what was published.
+// its courier (no_signal, back online, its side of the service area), and
+// the fleet board gets the same positions and results at the same point,
+// so the bucket and the board never disagree about what was published.
+// The side a courier is first known on, which no result says (a first
+// side is no move), comes from the engine (Sink.Side) to both.
 package output
 
 import (
@@ -58,6 +60,8 @@ func (s *Sink) Publish(ctx context.Context, r *result.Record) error {
 		s.br.MarkNoSignal(r.Courier, r.End, r.Lat, r.Lon)
 	case result.SignalRestored:
 		s.br.MarkOnline(r.Courier)
+	case result.LeftArea, result.EnteredArea:
+		s.br.MarkSide(r.Courier, r.TS, r.Type == result.LeftArea)
 	}
 	s.board.Result(r)
 	return nil
@@ -68,6 +72,16 @@ func (s *Sink) Publish(ctx context.Context, r *result.Record) error {
 func (s *Sink) Position(courier []byte, ts int64, lat, lon float64) {
 	s.br.UpdatePosition(courier, ts, lat, lon)
 	s.board.Position(courier, ts, lat, lon)
+}
+
+// Side is the engine's OnSide: the side of the service area a courier
+// was first known on goes to the courier bucket and the board, which then
+// follow its moves from the results. Unlike the other methods it is
+// called from the engine's shards, several at once: it only hands the
+// side to the bucket's and the board's mailboxes, which are safe for that.
+func (s *Sink) Side(courier string, ts int64, outside bool) {
+	s.br.MarkSide(courier, ts, outside)
+	s.board.Side(courier, ts, outside)
 }
 
 // Forget is the engine's OnForget: a forgotten courier leaves the board.

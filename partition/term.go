@@ -67,6 +67,7 @@ func (p *part) claim(ctx context.Context, pin string, sent time.Time) (*term, er
 	ecfg := p.ecfg
 	ecfg.OnPosition = t.out.Position
 	ecfg.OnForget = t.out.Forget
+	ecfg.OnSide = t.out.Side
 	eng, seq, err := market.Recover(cctx, ecfg, t.sink, t)
 	if err != nil {
 		t.cancelPub()

@@ -28,7 +28,7 @@ func attachBoard(srv *http.Server, ln net.Listener, ms []*market.Market, deps *D
 			continue
 		}
 		on = append(on, m)
-		bms = append(bms, board.Market{Name: c.Market, Status: boardStatus(m), Area: c.Geo.Area})
+		bms = append(bms, board.Market{Name: c.Market, Status: boardStatus(m), Area: c.Geo.Area, Timezone: c.Timezone})
 		if tiles == "" {
 			tiles = c.HTTP.BoardTiles
 		}

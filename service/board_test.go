@@ -22,6 +22,7 @@ import (
 	"github.com/km0/edgeproc/board"
 	"github.com/km0/edgeproc/bridge"
 	"github.com/km0/edgeproc/config"
+	"github.com/km0/edgeproc/geo"
 	"github.com/km0/edgeproc/internal/testenv"
 	"github.com/km0/edgeproc/service"
 )
@@ -85,7 +86,8 @@ var boardPNG = flag.String("board.png", "", "also write the fleet board's screen
 // the page loads with no console error, draws every courier of the fleet,
 // turns a courier that goes silent to no-signal once its gap has passed
 // (not before), and its event stream agrees with the courier bucket and
-// the distance results.
+// the distance results, the side of the service area included: the
+// couriers north of it, first seen there, are outside on both.
 func TestBoard_LiveFleetInChromium(t *testing.T) {
 	const market = "brd"
 	mq := testenv.StartMosquitto(t)
@@ -97,6 +99,13 @@ func TestBoard_LiveFleetInChromium(t *testing.T) {
 	// The bucket is written at most once per courier per kv_interval: short,
 	// so that it has settled when the comparison below runs.
 	cfg.NATS.KVInterval = 300 * time.Millisecond
+	// South of lat 41.975: the fleet's rows at 41.96 and 41.966 inside,
+	// 41.984 and 41.99 outside (41.972 and 41.978 in the border band).
+	area, err := geo.ParseArea("south", []byte(`{"type":"Polygon","coordinates":[[[2.7,41.9],[2.9,41.9],[2.9,41.975],[2.7,41.975],[2.7,41.9]]]}`), geo.AreaResolution)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Geo.ServiceArea, cfg.Geo.Area = "south", area
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +175,14 @@ func TestBoard_LiveFleetInChromium(t *testing.T) {
 	pub.Close()
 	// The stream, once both settle, holds exactly the bucket's state and
 	// the latest distance result of each courier.
-	compareBoardWithBucket(t, base, ns, market, fl.couriers)
+	u := compareBoardWithBucket(t, base, ns, market, fl.couriers)
+	for i, c := range u.Couriers {
+		row := 0
+		fmt.Sscanf(c.ID, "c-%d", &row)
+		if row %= 6; row == 5 && !c.Outside || row == 0 && c.Outside {
+			t.Errorf("courier %d %s on row %d (lat %v): outside %v", i, c.ID, row, c.Lat, c.Outside)
+		}
+	}
 
 	// Open pages (the browser's and this one) do not hold up a graceful
 	// shutdown: their streams end when the listener closes.
@@ -202,9 +218,10 @@ func writeArtifact(tb testing.TB, name string, data []byte) {
 
 // compareBoardWithBucket requires, within a few KV intervals, that a fresh
 // snapshot of the board's event stream holds every courier of the bucket
-// with its position, timestamp and status, and that each courier's
-// distance is the one of its latest distance result on the stream.
-func compareBoardWithBucket(tb testing.TB, base string, ns *testenv.NATS, market string, couriers int) {
+// with its position, timestamp, status and side of the service area, and
+// that each courier's distance is the one of its latest distance result on
+// the stream. It returns that snapshot.
+func compareBoardWithBucket(tb testing.TB, base string, ns *testenv.NATS, market string, couriers int) board.Update {
 	tb.Helper()
 	lastDist := map[string]struct {
 		end  int64
@@ -254,6 +271,8 @@ func compareBoardWithBucket(tb testing.TB, base string, ns *testenv.NATS, market
 				diffs = append(diffs, fmt.Sprintf("%s: board %v,%v@%d, bucket %v,%v@%d", c.ID, c.Lat, c.Lon, c.TS, k.Lat, k.Lon, k.TS))
 			case (k.Status == bridge.StatusNoSignal) != (c.State == board.NoSignal):
 				diffs = append(diffs, fmt.Sprintf("%s: board %v, bucket %s", c.ID, c.State, k.Status))
+			case (k.Area == bridge.AreaOutside) != c.Outside:
+				diffs = append(diffs, fmt.Sprintf("%s: board outside %v, bucket area %q", c.ID, c.Outside, k.Area))
 			}
 			if d, ok := lastDist[c.ID]; ok != c.HasDistance || (ok && (d.end != c.WindowEnd || math.Abs(d.dist-c.DistanceM) > 0.05)) {
 				diffs = append(diffs, fmt.Sprintf("%s: board distance %v (%v) to %d, stream %+v", c.ID, c.DistanceM, c.HasDistance, c.WindowEnd, d))
@@ -268,8 +287,14 @@ func compareBoardWithBucket(tb testing.TB, base string, ns *testenv.NATS, market
 			if len(kv) != couriers {
 				tb.Errorf("%d couriers in the bucket, want %d", len(kv), couriers)
 			}
-			tb.Logf("board agrees with the bucket (%d couriers) and the stream (%d with a distance)", len(kv), len(lastDist))
-			return
+			outside := 0
+			for _, k := range kv {
+				if k.Area == bridge.AreaOutside {
+					outside++
+				}
+			}
+			tb.Logf("board agrees with the bucket (%d couriers, %d outside the service area) and the stream (%d with a distance)", len(kv), outside, len(lastDist))
+			return u
 		}
 		if time.Now().After(deadline) {
 			tb.Fatalf("board and bucket disagree: %q", diffs)

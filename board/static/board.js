@@ -3,9 +3,13 @@
 // frame redraws the canvas and the few table rows. No DOM node per courier.
 // Dead zones (the cells where couriers lost signal in the last 24 h) are one
 // SVG polygon each over the canvas, redrawn only when they or the view
-// change. A market's service area is one SVG path under them (its outline,
-// sent in the snapshot), redrawn when the view changes; a courier outside
-// it has a ring in the outline's colour.
+// change; cells with fewer warnings than the legend's threshold are hidden.
+// A market's service area is one SVG path under them (its outline, sent in
+// the snapshot), redrawn when the view changes; a courier outside it has a
+// ring in the outline's colour. Times are the market's (its IANA time zone,
+// "tz"), on a 24-hour clock, with their age. Finding a courier (the search
+// box, a list's row, a click on the map) centres the map on it, labels it
+// and opens its details, the only place its coordinates are shown.
 "use strict";
 (function () {
   const STATES = ["unknown", "moving", "stopped", "no_signal"];
@@ -28,8 +32,11 @@
   const zones = new Map();
   const zonesChanged = new Set(); // zones to redraw at the next frame
   let zonesShown = zoneToggle.checked, zonesView = null, zonesDropped = 0;
-  const couriers = new Map(); // id -> {m, lat, lon, ts, st, d, de, rv, out, x, y}
+  const couriers = new Map(); // id -> {m, lat, lon, ts, st, d, de, rv, out, ss, x, y}
   let markets = [], skew = 0, tiles = "", view = null, pending = false;
+  let selected = null; // the courier found, its id
+  const zonesMinInput = document.getElementById("zones-min");
+  let zonesMin = zonesMinInput.valueAsNumber || 1;
   let updates = 0, lastBytes = 0, dropped = 0, refused = 0, renders = 0, renderMs = 0;
   const drawn = {count: 0, byState: [0, 0, 0, 0], outside: 0, state: new Map()};
   window.board = {
@@ -44,6 +51,9 @@
     pointOf: id => { const c = couriers.get(id); return c && c.x !== undefined ? [c.x, c.y] : null; },
     // Frames drawn and the time they took (canvas and tables), ms.
     renders: () => ({count: renders, ms: renderMs}),
+    // The courier found or clicked, whose details are open; null if none.
+    selected: () => selected,
+    select: id => select(id),
   };
 
   const url = "/board/events" + (market ? "?market=" + encodeURIComponent(market) : "");
@@ -62,7 +72,7 @@
     markets = msg.markets;
     for (const id of msg.gone) couriers.delete(id);
     for (const c of msg.c) {
-      couriers.set(c[0], {m: c[1], lat: c[2], lon: c[3], ts: c[4], st: c[5], d: c[6], de: c[7], rv: c[8], out: c[9]});
+      couriers.set(c[0], {m: c[1], lat: c[2], lon: c[3], ts: c[4], st: c[5], d: c[6], de: c[7], rv: c[8], out: c[9], ss: c[10]});
     }
     if (msg.full) setAreas(msg.areas || []);
     if (msg.full) clearZones();
@@ -72,6 +82,11 @@
     schedule();
   };
   zoneToggle.addEventListener("change", () => { zonesShown = zoneToggle.checked; tip.hidden = true; schedule(); });
+  zonesMinInput.addEventListener("input", () => {
+    const n = zonesMinInput.valueAsNumber;
+    if (!(n >= 1)) return;
+    zonesMin = Math.floor(n); zonesView = null; tip.hidden = true; schedule();
+  });
   addEventListener("resize", () => { view = null; schedule(); });
 
   function schedule() {
@@ -98,6 +113,7 @@
     }
     if (zonesShown) {
       for (const z of zones.values()) {
+        if (z.w < zonesMin) continue;
         x0 = Math.min(x0, z.x0); x1 = Math.max(x1, z.x1); y0 = Math.min(y0, z.y0); y1 = Math.max(y1, z.y1);
       }
     }
@@ -122,7 +138,11 @@
     }
     ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
     ctx.clearRect(0, 0, w, h);
-    if (!view || outside(view)) view = fit(w, h);
+    const sel = selected !== null ? couriers.get(selected) : undefined;
+    if (sel) {
+      // Centred on the courier found, and again when it nears an edge.
+      if (!view || view.w !== w || view.h !== h || !view.sel || offCentre(view, sel)) view = centreOn(sel, w, h);
+    } else if (!view || view.sel || outside(view)) view = fit(w, h);
     const v = view;
     drawn.count = 0; drawn.byState = [0, 0, 0, 0]; drawn.outside = 0; drawn.state.clear();
     drawAreas(v);
@@ -131,6 +151,7 @@
       if (tiles) drawTiles(v);
       const r = Math.max(3, Math.min(w, h) / 200);
       for (const c of couriers.values()) { const p = project(v, c.lat, c.lon); c.x = p[0]; c.y = p[1]; }
+      haloOutside(r * 1.6, w, h);
       for (const s of DRAW_ORDER) {
         ctx.beginPath();
         for (const [id, c] of couriers) {
@@ -143,20 +164,31 @@
         ctx.fill();
         if (s === 3) { ctx.strokeStyle = COLOR[3]; ctx.lineWidth = 1; ringNoSignal(r * 2.2, w, h); }
       }
-      ringOutside(r * 1.6, w, h);
+      if (sel) { ctx.strokeStyle = css.getPropertyValue("--fg").trim(); ctx.lineWidth = 2; ctx.beginPath(); ctx.arc(sel.x, sel.y, r * 2.8, 0, 2 * Math.PI); ctx.stroke(); }
       drawScale(v, w, h);
     }
+    placeLabel(selLabel, selected, sel, w, h);
     canvas.dataset.drawn = drawn.count;
     canvas.dataset.couriers = couriers.size;
     canvas.dataset.drawn_outside = drawn.outside;
-    document.getElementById("n-outside").textContent = drawn.outside;
-    STATES.forEach((s, i) => {
-      canvas.dataset["drawn_" + s] = drawn.byState[i];
-      document.getElementById("n-" + s).textContent = drawn.byState[i];
-    });
+    STATES.forEach((s, i) => { canvas.dataset["drawn_" + s] = drawn.byState[i]; });
     tables();
     renders++;
     renderMs += performance.now() - t0;
+  }
+
+  // centreOn is a view centred on courier c, one zoom level closer than the
+  // whole fleet's (and at least a district's).
+  function centreOn(c, w, h) {
+    const f = fit(w, h);
+    const z = Math.min(17, Math.max(f ? f.z + 1 : 13, 13));
+    return {z, k: Math.pow(2, z), cx: mx(c.lon), cy: my(c.lat), w, h, sel: true};
+  }
+
+  // offCentre reports whether c is out of the middle of view v.
+  function offCentre(v, c) {
+    const p = project(v, c.lat, c.lon);
+    return Math.abs(p[0] - v.w / 2) > v.w / 4 || Math.abs(p[1] - v.h / 2) > v.h / 4;
   }
 
   function outside(v) {
@@ -170,6 +202,7 @@
     }
     if (zonesShown) {
       for (const z of zones.values()) {
+        if (z.w < zonesMin) continue;
         if ((z.x0 - v.cx) * v.k + v.w / 2 < 0 || (z.x1 - v.cx) * v.k + v.w / 2 > v.w ||
             (z.y0 - v.cy) * v.k + v.h / 2 < 0 || (z.y1 - v.cy) * v.k + v.h / 2 > v.h) return true;
       }
@@ -245,34 +278,100 @@
   function zoneClass(w) { return w >= 10 ? "z4" : w >= 5 ? "z3" : w >= 2 ? "z2" : "z1"; }
 
   // drawZones places the polygons of the zones that changed, or of every
-  // zone when the view changed.
+  // zone when the view or the threshold changed; a zone with fewer warnings
+  // than the threshold has no polygon.
   function drawZones(v) {
     zoneLayer.style.display = zonesShown ? "" : "none";
     if (zonesShown && v) {
       for (const z of v !== zonesView ? zones.values() : zonesChanged) {
+        if (z.w < zonesMin) {
+          if (z.el) { z.el.remove(); z.el = null; }
+          continue;
+        }
         if (!z.el) { z.el = document.createElementNS(SVG, "polygon"); z.el.zone = z; zoneLayer.appendChild(z.el); }
         z.el.setAttribute("points", z.b.map(p => project(v, p[0], p[1]).map(n => n.toFixed(1)).join(",")).join(" "));
         z.el.setAttribute("class", zoneClass(z.w));
       }
       zonesChanged.clear(); zonesView = v;
     }
-    zoneLayer.dataset.drawn = zonesShown && v ? zones.size : 0;
-    document.getElementById("n-zones").textContent = zones.size;
+    let shown = 0;
+    for (const z of zones.values()) if (z.w >= zonesMin) shown++;
+    zoneLayer.dataset.drawn = zonesShown && v ? shown : 0;
+    setText("n-zones", shown);
+    setText("n-zones-all", zones.size);
   }
 
-  function utc(ms) { return new Date(ms).toISOString().slice(0, 16).replace("T", " "); }
   function plural(n, word) { return n + " " + word + (n === 1 ? "" : "s"); }
 
+  // Clocks by market: its IANA time zone ("tz"), a 24-hour clock.
+  const clocks = new Map();
+  function tzOf(m) { return (markets[m] && markets[m].tz) || "UTC"; }
+  function clockOf(tz) {
+    let f = clocks.get(tz);
+    if (!f) {
+      const opt = {timeZone: tz, hourCycle: "h23"};
+      f = {
+        date: new Intl.DateTimeFormat("en-CA", {...opt, year: "numeric", month: "2-digit", day: "2-digit"}),
+        hms: new Intl.DateTimeFormat("en-GB", {...opt, hour: "2-digit", minute: "2-digit", second: "2-digit"}),
+        hm: new Intl.DateTimeFormat("en-GB", {...opt, hour: "2-digit", minute: "2-digit"}),
+      };
+      clocks.set(tz, f);
+    }
+    return f;
+  }
+  // local is ms as a date and time in market m's zone: "YYYY-MM-DD HH:MM".
+  function local(ms, m) { const f = clockOf(tzOf(m)); return f.date.format(ms) + " " + f.hm.format(ms); }
+  // clock is ms's time in market m's zone, its date too if not today's;
+  // remembered for the frame (a list's rows share their times).
+  const clockMemo = new Map();
+  function clock(ms, m, now) {
+    const tz = tzOf(m), key = tz + "|" + ms + "|" + now;
+    let s = clockMemo.get(key);
+    if (s === undefined) {
+      const f = clockOf(tz);
+      const d = f.date.format(ms);
+      s = (d === f.date.format(now) ? "" : d + " ") + f.hms.format(ms);
+      clockMemo.set(key, s);
+    }
+    return s;
+  }
+  function setHidden(el, h) { if (el.hidden !== h) el.hidden = h; }
+  // setText sets an element's text if it changed (no needless relayout).
+  function setText(id, text) {
+    const el = document.getElementById(id), t = String(text);
+    if (el.textContent !== t) el.textContent = t;
+  }
+  // ago is how long before now ms was, to the second under a minute.
+  function ago(ms, now) {
+    const s = Math.max(0, Math.round((now - ms) / 1000));
+    if (s < 60) return s + " s";
+    if (s < 3600) return Math.floor(s / 60) + " min";
+    return Math.floor(s / 3600) + " h " + Math.floor(s % 3600 / 60) + " min";
+  }
+  // minutes is how long before now ms was, in whole minutes: a list's row
+  // then changes once a minute, not at every update.
+  function minutes(ms, now) {
+    const m = Math.floor(Math.max(0, now - ms) / 60000);
+    if (m < 1) return "< 1 min";
+    if (m < 60) return m + " min";
+    return Math.floor(m / 60) + " h " + (m % 60) + " min";
+  }
+  // when is "HH:MM:SS (4 min ago)" in market m's zone.
+  function when(ms, m, now) { return clock(ms, m, now) + " (" + ago(ms, now) + " ago)"; }
+
   function zoneText(z) {
-    const a = utc(z.fs), b = utc(z.le);
+    const a = local(z.fs, z.m), b = local(z.le, z.m);
     return `dead zone ${z.cell} (${markets[z.m] ? markets[z.m].name : ""})\n` +
       `${plural(z.w, "warning")}: ${z.o} open, ${z.r} restored\n` +
       plural(z.c, "courier") + (z.n > 1 ? " (summed over the windows)" : "") + "\n" +
       (z.r > 0 ? `mean silence ${dur(z.s / z.r)}, longest ${dur(z.l)}` : "mean silence –, none restored") + "\n" +
-      `${plural(z.n, "window")}: ${a} – ${a.slice(0, 10) === b.slice(0, 10) ? b.slice(11) : b} UTC`;
+      `${plural(z.n, "window")}: ${a} – ${a.slice(0, 10) === b.slice(0, 10) ? b.slice(11) : b} ${tzOf(z.m)}`;
   }
 
-  function ringOutside(R, w, h) {
+  // haloOutside draws, under the dots, a disc in the outline's colour
+  // round each courier outside the service area: a ring once the dot is
+  // on it, and a fill costs the browser far less than a stroke.
+  function haloOutside(R, w, h) {
     ctx.beginPath();
     for (const c of couriers.values()) {
       if (c.out === null || c.out === undefined || c.x < 0 || c.y < 0 || c.x > w || c.y > h) continue;
@@ -280,14 +379,8 @@
       ctx.arc(c.x, c.y, R, 0, 2 * Math.PI);
       drawn.outside++;
     }
-    ctx.strokeStyle = AREA; ctx.lineWidth = 2;
-    ctx.stroke();
-  }
-
-  // since is when ms was, in UTC: its time, and its date too if not today's.
-  function since(ms, now) {
-    const a = utc(ms);
-    return (a.slice(0, 10) === utc(now).slice(0, 10) ? a.slice(11) : a) + " UTC";
+    ctx.fillStyle = AREA;
+    ctx.fill();
   }
 
   function ringNoSignal(R, w, h) {
@@ -346,11 +439,18 @@
     return Math.floor(s / 3600) + " h " + Math.floor(s % 3600 / 60) + " min";
   }
 
+  // fill replaces a table's rows, unless they are the ones shown. A row
+  // whose first cell is a courier's id selects it when clicked.
+  const shownRows = new Map();
   function fill(id, rows) {
+    const key = JSON.stringify(rows) + "|" + selected;
+    if (shownRows.get(id) === key) return;
+    shownRows.set(id, key);
     const body = document.querySelector("#" + id + " tbody");
     const frag = document.createDocumentFragment();
     for (const cells of rows) {
       const tr = document.createElement("tr");
+      if (cells.id) { tr.dataset.id = cells.id; if (cells.id === selected) tr.className = "sel"; }
       for (const cell of cells) {
         const td = document.createElement("td");
         if (Array.isArray(cell)) { td.textContent = cell[0]; td.className = cell[1]; } else td.textContent = cell;
@@ -361,59 +461,198 @@
     body.replaceChildren(frag);
   }
 
-  const MAX_ROWS = 25;
+  // row is a list's row of courier id: its cells, and the id to select.
+  function row(id, ...cells) { const r = [id, ...cells]; r.id = id; return r; }
+
+  // A list keeps its MAX_ROWS longest entries (earliest since, then id)
+  // as it goes, and counts the rest: no sort of the whole fleet.
+  const MAX_ROWS = 10;
+  function newList() { return {top: [], n: 0}; }
+  function before(a, b) { return a[2] < b[2] || a[2] === b[2] && a[0] < b[0]; }
+  function offer(l, id, c, since) {
+    l.n++;
+    const t = l.top;
+    if (t.length === MAX_ROWS) {
+      const last = t[MAX_ROWS - 1];
+      if (since > last[2] || since === last[2] && id >= last[0]) return;
+    }
+    const e = [id, c, since];
+    let k = t.length < MAX_ROWS ? t.length : MAX_ROWS - 1;
+    while (k > 0 && before(e, t[k - 1])) { t[k] = t[k - 1]; k--; }
+    t[k] = e;
+  }
+
+  // list fills a list's table: id, since when, for how long.
+  function list(id, countId, l, now) {
+    setText(countId, l.n);
+    const rows = l.top.map(([cid, c, since]) => row(cid, clock(since, c.m, now), minutes(since, now)));
+    if (l.n > MAX_ROWS) rows.push(["… " + (l.n - MAX_ROWS) + " more", "", ""]);
+    fill(id, rows);
+  }
+
   function tables() {
     const now = Date.now() + skew;
+    clockMemo.clear();
     const perMarket = markets.map(() => 0);
-    const silent = [], dist = [];
+    const silent = newList(), stopped = newList(), out = newList(), dist = [];
+    const all = [0, 0, 0, 0];
     let total = 0, withDist = 0;
     for (const [id, c] of couriers) {
       perMarket[c.m]++;
-      if (c.st === 3) silent.push([id, c]);
+      all[c.st]++;
+      if (c.st === 3) offer(silent, id, c, c.ts);
+      if (c.st === 2 && c.ss !== null && c.ss !== undefined) offer(stopped, id, c, c.ss);
+      if (c.out !== null && c.out !== undefined) offer(out, id, c, c.out);
       if (c.d !== null) { dist.push([id, c]); total += c.d; withDist++; }
     }
+    // The legend counts every courier, on the map or not.
+    STATES.forEach((s, i) => setText("n-" + s, all[i]));
+    setText("n-outside", out.n);
     const yesNo = b => b ? ["up", "ok"] : ["down", "bad"];
     fill("markets", markets.map((m, i) => [m.name, perMarket[i],
       m.lag_ms === null ? "–" : dur(m.lag_ms), m.received_per_s.toFixed(1),
       m.late_per_s.toFixed(2), m.rejected_per_s.toFixed(2), yesNo(m.mqtt), yesNo(m.nats)]));
-    silent.sort((a, b) => a[1].ts - b[1].ts);
-    document.getElementById("ns-count").textContent = silent.length;
-    const nsRows = silent.slice(0, MAX_ROWS).map(([id, c]) => [id, dur(now - c.ts),
-      c.lat.toFixed(5) + ", " + c.lon.toFixed(5) + " at " + new Date(c.ts).toLocaleTimeString()]);
-    if (silent.length > MAX_ROWS) nsRows.push(["… " + (silent.length - MAX_ROWS) + " more", "", ""]);
-    fill("nosignal", nsRows);
+    list("nosignal", "ns-count", silent, now);
+    list("stopped", "st-count", stopped, now);
+    setHidden(document.getElementById("outside-section"), areas.length === 0);
+    list("outside", "out-count", out, now);
     dist.sort((a, b) => b[1].d - a[1].d);
-    document.getElementById("dist-summary").textContent = withDist
+    setText("dist-summary", withDist
       ? `${withDist} couriers with a window: ${(total / 1000).toFixed(1)} km in all, ${(total / withDist / 1000).toFixed(2)} km each on average; top ${Math.min(15, dist.length)}:`
-      : "no window has fired yet";
-    fill("distance", dist.slice(0, 15).map(([id, c]) => [id, (c.d / 1000).toFixed(2), LABEL[STATES[c.st]]]));
-    document.getElementById("footer").textContent =
+      : "no window has fired yet");
+    fill("distance", dist.slice(0, 15).map(([id, c]) => row(id, (c.d / 1000).toFixed(2), LABEL[STATES[c.st]])));
+    setText("footer",
       `${couriers.size} couriers · ${zones.size} dead-zone cells` + (zonesDropped ? ` (${zonesDropped} windows dropped at the cap)` : "") +
-      ` · ${updates} updates (last ${(lastBytes / 1024).toFixed(1)} KiB) · board dropped ${dropped}, refused ${refused}`;
+      ` · ${updates} updates (last ${(lastBytes / 1024).toFixed(1)} KiB) · board dropped ${dropped}, refused ${refused}`);
+    if (markets.length) {
+      const tz = tzOf(0);
+      setText("clock", clockOf(tz).hm.format(now) + " " + tz);
+    }
+    details(now);
   }
 
-  // Hover: the nearest courier within 10 px, else the dead zone under the
-  // pointer (its polygon is the event's target: the layer is over the canvas).
-  const mapArea = canvas.parentElement;
-  mapArea.addEventListener("mousemove", e => {
-    const zone = e.target.zone;
-    if (e.target !== canvas && !zone) { tip.hidden = true; return; }
-    const rect = canvas.getBoundingClientRect(), x = e.clientX - rect.left, y = e.clientY - rect.top;
+  // Details of the selected courier: the only place with its coordinates.
+  const detailsBox = document.getElementById("details");
+  function details(now) {
+    const c = selected !== null ? couriers.get(selected) : undefined;
+    setHidden(detailsBox, !c);
+    if (!c) return;
+    const items = [
+      ["market", markets[c.m] ? markets[c.m].name : ""],
+      ["state", LABEL[STATES[c.st]]],
+    ];
+    if (c.st === 2 && c.ss !== null && c.ss !== undefined) items.push(["stopped since", when(c.ss, c.m, now)]);
+    if (c.out !== null && c.out !== undefined) items.push(["outside the area since", when(c.out, c.m, now)]);
+    items.push([c.st === 3 ? "last seen" : "last position", when(c.ts, c.m, now)]);
+    items.push(["at", c.lat.toFixed(5) + ", " + c.lon.toFixed(5)]);
+    if (c.d !== null) {
+      items.push(["latest window", `${(c.d / 1000).toFixed(2)} km to ${clock(c.de, c.m, now)}` + (c.rv > 0 ? ` (revision ${c.rv})` : "")]);
+    }
+    const key = selected + JSON.stringify(items);
+    if (detailsBox.dataset.key === key) return;
+    detailsBox.dataset.key = key;
+    document.getElementById("details-id").textContent = selected;
+    const frag = document.createDocumentFragment();
+    for (const [k, v] of items) {
+      const dt = document.createElement("dt"), dd = document.createElement("dd");
+      dt.textContent = k; dd.textContent = v;
+      frag.append(dt, dd);
+    }
+    document.getElementById("details-body").replaceChildren(frag);
+  }
+
+  // select finds a courier: the map centres on it, its label shows and its
+  // details open; null closes them and shows the whole fleet again.
+  const selLabel = document.getElementById("sel-label");
+  const searchMsg = document.getElementById("search-msg");
+  function select(id) {
+    if (id !== null && !couriers.has(id)) return false;
+    selected = id; view = null; searchMsg.textContent = "";
+    schedule();
+    return true;
+  }
+
+  // placeLabel puts a label with the courier's id next to its dot.
+  function placeLabel(el, id, c, w, h) {
+    if (!c || c.x === undefined || c.x < 0 || c.y < 0 || c.x > w || c.y > h) { el.hidden = true; return; }
+    el.textContent = id;
+    el.style.left = (c.x + 10) + "px"; el.style.top = (c.y - 22) + "px";
+    el.hidden = false;
+  }
+
+  // The search box: an exact id, or the one id that contains the text, or
+  // the first of those in order; the list offers the first 20 that match.
+  const search = document.getElementById("search");
+  const searchIds = document.getElementById("search-ids");
+  function matches(text, n) {
+    const q = text.trim().toLowerCase(), out = [];
+    if (!q) return out;
+    for (const id of couriers.keys()) if (id.toLowerCase().includes(q)) out.push(id);
+    out.sort();
+    return out.slice(0, n);
+  }
+  search.addEventListener("input", () => {
+    const frag = document.createDocumentFragment();
+    for (const id of matches(search.value, 20)) { const o = document.createElement("option"); o.value = id; frag.appendChild(o); }
+    searchIds.replaceChildren(frag);
+    if (couriers.has(search.value.trim())) select(search.value.trim());
+  });
+  search.addEventListener("keydown", e => {
+    if (e.key !== "Enter") return;
+    e.preventDefault();
+    const q = search.value.trim();
+    if (!q) { select(null); return; }
+    const id = couriers.has(q) ? q : matches(q, 1)[0];
+    if (!id || !select(id)) searchMsg.textContent = "no courier " + q;
+  });
+  document.getElementById("details-close").addEventListener("click", () => { select(null); search.value = ""; });
+  addEventListener("keydown", e => { if (e.key === "Escape" && selected !== null) { select(null); search.value = ""; } });
+  document.querySelector("aside").addEventListener("click", e => {
+    const tr = e.target.closest("tr[data-id]");
+    if (tr) { select(tr.dataset.id); search.value = tr.dataset.id; }
+  });
+
+  // nearest is the courier drawn within 10 px of (x, y), or null.
+  function nearest(x, y) {
     let best = null, bd = 100;
     for (const [id, c] of couriers) {
       const d = (c.x - x) ** 2 + (c.y - y) ** 2;
       if (d < bd) { bd = d; best = [id, c]; }
     }
+    return best;
+  }
+
+  // Hover: the nearest courier within 10 px, its id first, else the dead
+  // zone under the pointer (its polygon is the event's target: the layer is
+  // over the canvas). A click selects the courier.
+  const mapArea = canvas.parentElement;
+  mapArea.addEventListener("mousemove", e => {
+    const zone = e.target.zone;
+    if (e.target !== canvas && !zone) { tip.hidden = true; return; }
+    const rect = canvas.getBoundingClientRect(), x = e.clientX - rect.left, y = e.clientY - rect.top;
+    const best = nearest(x, y);
     if (best) {
       const [id, c] = best, now = Date.now() + skew;
-      tip.textContent = `${id} (${markets[c.m] ? markets[c.m].name : ""})\n${LABEL[STATES[c.st]]}` +
-        (c.out !== null && c.out !== undefined ? `\noutside the service area since ${since(c.out, now)}` : "") +
+      tip.textContent = `${id} · ${LABEL[STATES[c.st]]}` + (markets.length > 1 && markets[c.m] ? ` (${markets[c.m].name})` : "") +
+        (c.st === 2 && c.ss !== null && c.ss !== undefined ? `\nstopped since ${when(c.ss, c.m, now)}` : "") +
+        (c.out !== null && c.out !== undefined ? `\noutside the service area since ${when(c.out, c.m, now)}` : "") +
         (c.d !== null ? `\n${(c.d / 1000).toFixed(2)} km in the latest window` + (c.rv > 0 ? ` (revision ${c.rv})` : "") : "") +
-        `\nlast position ${dur(now - c.ts)} ago`;
-    } else if (zone) {
+        `\n${c.st === 3 ? "last seen" : "last position"} ${when(c.ts, c.m, now)}`;
+      tip.style.left = (c.x + 12) + "px"; tip.style.top = (c.y + 10) + "px"; tip.hidden = false;
+      return;
+    }
+    if (zone) {
       tip.textContent = zoneText(zone);
-    } else { tip.hidden = true; return; }
-    tip.style.left = (x + 14) + "px"; tip.style.top = (y + 10) + "px"; tip.hidden = false;
+      tip.style.left = (x + 14) + "px"; tip.style.top = (y + 10) + "px"; tip.hidden = false;
+      return;
+    }
+    tip.hidden = true;
   });
   mapArea.addEventListener("mouseleave", () => { tip.hidden = true; });
+  mapArea.addEventListener("click", e => {
+    if (e.target !== canvas && !e.target.zone) return;
+    const rect = canvas.getBoundingClientRect();
+    const best = nearest(e.clientX - rect.left, e.clientY - rect.top);
+    if (best) { select(best[0]); search.value = best[0]; }
+  });
 })();

@@ -4,6 +4,9 @@ import (
 	"context"
 	"flag"
 	"io"
+	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/km0/edgeproc/demo"
 )
@@ -34,8 +37,22 @@ Ctrl-C stops it cleanly. Nothing to install.`,
 			o.Log = verboseLogger(stderr, *verbose)
 			o.Out = stdout
 			o.Color = isTerminal(stdout)
+			o.Command = selfCommand(os.Args[0])
 			_, err := demo.Run(ctx, o)
 			return err
 		}
 	},
+}
+
+// selfCommand is how to run this edgeproc again, for the demo's banner:
+// as it was started (arg0: "./edgeproc", or "edgeproc" from the PATH), or
+// "go run ./cmd/edgeproc" for the temporary binary go run builds.
+func selfCommand(arg0 string) string {
+	if strings.Contains(filepath.ToSlash(arg0), "/go-build") {
+		return "go run ./cmd/edgeproc"
+	}
+	if arg0 == "" {
+		return "edgeproc"
+	}
+	return arg0
 }

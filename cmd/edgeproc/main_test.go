@@ -152,3 +152,19 @@ func TestCheckConfig_AsRunSees(t *testing.T) {
 		t.Errorf("topic of another market: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 }
+
+// The demo's banner names edgeproc as it was started, and go run's
+// temporary binary as the go run command that builds it again.
+func TestSelfCommand(t *testing.T) {
+	for _, tt := range []struct{ arg0, want string }{
+		{"/tmp/go-build2718281828/b001/exe/edgeproc", "go run ./cmd/edgeproc"},
+		{"./edgeproc", "./edgeproc"},
+		{"edgeproc", "edgeproc"},
+		{"/usr/local/bin/edgeproc", "/usr/local/bin/edgeproc"},
+		{"", "edgeproc"},
+	} {
+		if got := selfCommand(tt.arg0); got != tt.want {
+			t.Errorf("selfCommand(%q) = %q, want %q", tt.arg0, got, tt.want)
+		}
+	}
+}
