@@ -27,9 +27,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -231,47 +233,15 @@ func Run(ctx context.Context, opts Options) (tot Totals, err error) {
 	out := newFeed(o.Out, o.Color, config.Config{Timezone: Timezone}.Location())
 	tot.Results = map[string]uint64{}
 
-	dir, err := os.MkdirTemp("", "edgeproc-demo-")
+	srv, err := startServers(o, log)
 	if err != nil {
-		return tot, fmt.Errorf("demo: create temp dir: %w", err)
+		return tot, err
 	}
 	defer func() {
-		if rmErr := os.RemoveAll(dir); rmErr != nil {
-			err = errors.Join(err, fmt.Errorf("demo: remove %s: %w", dir, rmErr))
-		}
+		tot.InflightDropped, tot.MessagesDropped = srv.brk.dropped()
+		err = errors.Join(err, srv.close())
 	}()
-
-	brk, err := startBroker(o.MQTTPort, log.With("component", "mqtt-broker"))
-	if err != nil {
-		return tot, fmt.Errorf("demo: %w", err)
-	}
-	defer func() {
-		tot.InflightDropped, tot.MessagesDropped = brk.dropped()
-		err = errors.Join(err, brk.close())
-	}()
-
-	ns, err := startNATS(dir)
-	if err != nil {
-		return tot, fmt.Errorf("demo: %w", err)
-	}
-	defer func() {
-		ns.Shutdown()
-		ns.WaitForShutdown()
-	}()
-	natsURL := ns.ClientURL()
-
-	// The processor's connection reconnects forever, as the bridge wants;
-	// the feed has its own, as any dashboard would.
-	svcNC, err := nats.Connect(natsURL, nats.Name("edgeproc-demo"), nats.MaxReconnects(-1))
-	if err != nil {
-		return tot, fmt.Errorf("demo: connect to NATS %s: %w", natsURL, err)
-	}
-	defer svcNC.Close()
-	feedNC, err := nats.Connect(natsURL, nats.Name("edgeproc-demo-feed"))
-	if err != nil {
-		return tot, fmt.Errorf("demo: connect to NATS %s: %w", natsURL, err)
-	}
-	defer feedNC.Close()
+	dir, brk, natsURL, svcNC, feedNC := srv.dir, srv.brk, srv.natsURL, srv.svcNC, srv.feedNC
 	// Port 0: the service binds a free port and reports it via Listening.
 	cfg, err := marketConfig(brk.addr, "127.0.0.1:0", filepath.Join(dir, "state"))
 	if err != nil {
@@ -288,30 +258,8 @@ func Run(ctx context.Context, opts Options) (tot Totals, err error) {
 	}()
 
 	// The processor.
-	svcCtx, stopSvc := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopSvc()
-	svcDone := make(chan error, 1)
-	var httpAddr atomic.Value // string, set by Deps.Listening
-	go func() {
-		svcDone <- service.Run(svcCtx, []config.Config{cfg}, service.Deps{
-			Log:      log.With("component", "service"),
-			Registry: prometheus.NewRegistry(),
-			NATS:     svcNC,
-			Clock:    time.Now,
-			Listening: func(a net.Addr) {
-				httpAddr.Store(a.String())
-			},
-		})
-	}()
-	stopService := func() error {
-		stopSvc()
-		select {
-		case err := <-svcDone:
-			return err
-		case <-time.After(stopTimeout):
-			return fmt.Errorf("processor did not stop within %s", stopTimeout)
-		}
-	}
+	svcDone, httpAddr, stopService := startProcessor(ctx, cfg, svcNC, log)
+	defer stopService()
 
 	// Wait for the processor's subscription: the broker keeps nothing for
 	// a subscriber that does not exist yet.
@@ -330,63 +278,10 @@ func Run(ctx context.Context, opts Options) (tot Totals, err error) {
 	}
 
 	// The fleet.
-	simCtx, stopSim := context.WithCancel(ctx)
+	simDone, stopSim := startFleet(ctx, o, brk.addr, log)
 	defer stopSim()
-	type simResult struct {
-		st  sim.Stats
-		err error
-	}
-	simDone := make(chan simResult, 1)
-	go func() {
-		st, err := sim.Run(simCtx, sim.Options{
-			URL:           "mqtt://" + brk.addr,
-			Market:        Market,
-			Couriers:      o.Couriers,
-			Seed:          o.Seed,
-			DuplicateRate: o.DuplicateRate,
-			BadRate:       o.BadRate,
-			ClientID:      "edgeproc-demo-fleet",
-			Fleet:         fleetTweaks(),
-			DrainTimeout:  5 * time.Second,
-		}, log.With("component", "sim"))
-		simDone <- simResult{st, err}
-	}()
 
-	var deadline <-chan time.Time
-	if o.Duration > 0 {
-		t := time.NewTimer(o.Duration)
-		defer t.Stop()
-		deadline = t.C
-	}
-	tick := time.NewTicker(o.TallyEvery)
-	defer tick.Stop()
-	var runErr error
-	simFinished := false
-	var simRes simResult
-loop:
-	for {
-		select {
-		case <-ctx.Done():
-			break loop
-		case <-deadline:
-			break loop
-		case now := <-tick.C:
-			out.board(now, brokerNote(brk))
-		case err := <-svcDone:
-			runErr = fmt.Errorf("demo: processor stopped: %w", err)
-			if err == nil {
-				runErr = errors.New("demo: processor stopped unexpectedly")
-			}
-			svcDone <- err // for stopService
-			break loop
-		case simRes = <-simDone:
-			simFinished = true
-			if simRes.err != nil {
-				runErr = fmt.Errorf("demo: %w", simRes.err)
-			}
-			break loop
-		}
-	}
+	runErr, simRes, simFinished := waitEnd(ctx, o, out, brk, svcDone, simDone)
 
 	// Stop in pipeline order: no new positions, then the processor
 	// flushes what it holds, then the feed takes the last results.
@@ -405,6 +300,169 @@ loop:
 	out.println(fmt.Sprintf("totals: %s; fleet %s; broker dropped %d in-flight, %d messages",
 		totalsLine(out.totals()), simRes.st, inflight, msgs))
 	return tot, runErr
+}
+
+// servers are what the demo runs beside the processor, on loopback: a
+// temporary directory, the MQTT broker, the NATS server, and two NATS
+// connections: the processor's, which reconnects forever as the bridge
+// wants, and the feed's, as any dashboard would have its own.
+type servers struct {
+	dir           string
+	brk           *broker
+	ns            *server.Server
+	natsURL       string
+	svcNC, feedNC *nats.Conn
+}
+
+// startServers starts them; on error it closes what it started.
+func startServers(o Options, log *slog.Logger) (s *servers, err error) {
+	s = &servers{}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, s.close())
+			s = nil
+		}
+	}()
+	if s.dir, err = os.MkdirTemp("", "edgeproc-demo-"); err != nil {
+		return s, fmt.Errorf("demo: create temp dir: %w", err)
+	}
+	if s.brk, err = startBroker(o.MQTTPort, log.With("component", "mqtt-broker")); err != nil {
+		return s, fmt.Errorf("demo: %w", err)
+	}
+	if s.ns, err = startNATS(s.dir); err != nil {
+		return s, fmt.Errorf("demo: %w", err)
+	}
+	s.natsURL = s.ns.ClientURL()
+	if s.svcNC, err = nats.Connect(s.natsURL, nats.Name("edgeproc-demo"), nats.MaxReconnects(-1)); err != nil {
+		return s, fmt.Errorf("demo: connect to NATS %s: %w", s.natsURL, err)
+	}
+	if s.feedNC, err = nats.Connect(s.natsURL, nats.Name("edgeproc-demo-feed")); err != nil {
+		return s, fmt.Errorf("demo: connect to NATS %s: %w", s.natsURL, err)
+	}
+	return s, nil
+}
+
+// close closes what started, the last started first.
+func (s *servers) close() error {
+	var err error
+	if s.feedNC != nil {
+		s.feedNC.Close()
+	}
+	if s.svcNC != nil {
+		s.svcNC.Close()
+	}
+	if s.ns != nil {
+		s.ns.Shutdown()
+		s.ns.WaitForShutdown()
+	}
+	if s.brk != nil {
+		err = s.brk.close()
+	}
+	if s.dir != "" {
+		if rmErr := os.RemoveAll(s.dir); rmErr != nil {
+			err = errors.Join(err, fmt.Errorf("demo: remove %s: %w", s.dir, rmErr))
+		}
+	}
+	return err
+}
+
+// waitEnd shows the status board every o.TallyEvery until ctx ends,
+// o.Duration passes, the processor stops (an error: it should not) or the
+// fleet is done, and says which.
+func waitEnd(ctx context.Context, o Options, out *feed, brk *broker, svcDone chan error, simDone chan simResult) (runErr error, simRes simResult, simFinished bool) {
+	var deadline <-chan time.Time
+	if o.Duration > 0 {
+		t := time.NewTimer(o.Duration)
+		defer t.Stop()
+		deadline = t.C
+	}
+	tick := time.NewTicker(o.TallyEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, simRes, false
+		case <-deadline:
+			return nil, simRes, false
+		case now := <-tick.C:
+			out.board(now, brokerNote(brk))
+		case err := <-svcDone:
+			runErr = fmt.Errorf("demo: processor stopped: %w", err)
+			if err == nil {
+				runErr = errors.New("demo: processor stopped unexpectedly")
+			}
+			svcDone <- err // for stopService
+			return runErr, simRes, false
+		case simRes = <-simDone:
+			if simRes.err != nil {
+				runErr = fmt.Errorf("demo: %w", simRes.err)
+			}
+			return runErr, simRes, true
+		}
+	}
+}
+
+// startProcessor runs the service on cfg in a goroutine of its own, its
+// results to svcNC, until stop is called (ctx's values, not its end: the
+// demo stops it in pipeline order). done has Run's error; httpAddr the
+// listener's address once bound. stop waits at most stopTimeout.
+func startProcessor(ctx context.Context, cfg config.Config, svcNC *nats.Conn, log *slog.Logger) (done chan error, httpAddr *atomic.Value, stop func() error) {
+	svcCtx, stopSvc := context.WithCancel(context.WithoutCancel(ctx))
+	done = make(chan error, 1)
+	httpAddr = &atomic.Value{} // string, set by Deps.Listening
+	go func() {
+		done <- service.Run(svcCtx, []config.Config{cfg}, service.Deps{
+			Log:      log.With("component", "service"),
+			Registry: prometheus.NewRegistry(),
+			NATS:     svcNC,
+			Clock:    time.Now,
+			Listening: func(a net.Addr) {
+				httpAddr.Store(a.String())
+			},
+		})
+	}()
+	var once sync.Once
+	var stopErr error
+	stop = func() error {
+		once.Do(func() {
+			stopSvc()
+			select {
+			case stopErr = <-done:
+			case <-time.After(stopTimeout):
+				stopErr = fmt.Errorf("processor did not stop within %s", stopTimeout)
+			}
+		})
+		return stopErr
+	}
+	return done, httpAddr, stop
+}
+
+// simResult is how the simulated fleet ended.
+type simResult struct {
+	st  sim.Stats
+	err error
+}
+
+// startFleet runs the simulated fleet against the broker at addr until it
+// is done or stop is called; done gets how it ended.
+func startFleet(ctx context.Context, o Options, addr string, log *slog.Logger) (done chan simResult, stop context.CancelFunc) {
+	simCtx, stop := context.WithCancel(ctx)
+	done = make(chan simResult, 1)
+	go func() {
+		st, err := sim.Run(simCtx, sim.Options{
+			URL:           "mqtt://" + addr,
+			Market:        Market,
+			Couriers:      o.Couriers,
+			Seed:          o.Seed,
+			DuplicateRate: o.DuplicateRate,
+			BadRate:       o.BadRate,
+			ClientID:      "edgeproc-demo-fleet",
+			Fleet:         fleetTweaks(),
+			DrainTimeout:  5 * time.Second,
+		}, log.With("component", "sim"))
+		done <- simResult{st, err}
+	}()
+	return done, stop
 }
 
 // waitSubscribed waits until the broker has a subscription (the processor's)
