@@ -248,12 +248,7 @@ func (e *Engine) Push(in *Input) {
 	e.received.Add(1)
 
 	var p position.Position
-	var reason position.Reason
-	if e.cfg.Format == position.FormatOwnTracks {
-		reason = e.dec.DecodeOwnTracks(in.Payload, in.Topic, e.cfg.Topic, e.cfg.CourierLevel, &p)
-	} else {
-		reason = e.dec.Decode(in.Payload, &p)
-	}
+	reason := e.decode(in, &p)
 	switch {
 	case in.HasArrival:
 		e.clock(c, seq-1, in.Arrival)
@@ -381,6 +376,14 @@ func (e *Engine) clock(c *chunk, seq, now int64) {
 	if e.wm.Idle(now) {
 		e.stepped(c, seq)
 	}
+}
+
+// decode reads in's payload in the market's format (contract §2).
+func (e *Engine) decode(in *Input, p *position.Position) position.Reason {
+	if e.cfg.Format == position.FormatOwnTracks {
+		return e.dec.DecodeOwnTracks(in.Payload, in.Topic, e.cfg.Topic, e.cfg.CourierLevel, p)
+	}
+	return e.dec.Decode(in.Payload, p)
 }
 
 // Tick applies the idle rule at processing time now (the live service calls

@@ -199,10 +199,7 @@ func (s *shard) apply(ev *event) {
 	}
 	lateS := c.sess.Late(ev.ts, ev.wm, p.gap)
 	if p.rows {
-		s.c.rows[s.id] = append(s.c.rows[s.id], Row{
-			Line: ev.line, Courier: c.name, TS: ev.ts, Arrival: ev.clock, Lat: ev.lat, Lon: ev.lon,
-			Accuracy: ev.rawAcc, LateDistance: lateD, LateSession: lateS, seq: ev.seq,
-		})
+		s.keepRow(c.name, ev, lateD, lateS)
 	}
 	if (lateD || lateS) && ev.ts < position.SecondsBefore {
 		s.secondsHint(c.name, ev)
@@ -238,6 +235,14 @@ func (s *shard) apply(ev *event) {
 		s.stepArea(c, ev)
 	}
 	s.schedule(c)
+}
+
+// keepRow keeps an accepted position for Config.OnRows.
+func (s *shard) keepRow(courier string, ev *event, lateD, lateS bool) {
+	s.c.rows[s.id] = append(s.c.rows[s.id], Row{
+		Line: ev.line, Courier: courier, TS: ev.ts, Arrival: ev.clock, Lat: ev.lat, Lon: ev.lon,
+		Accuracy: ev.rawAcc, LateDistance: lateD, LateSession: lateS, seq: ev.seq,
+	})
 }
 
 // stepArea follows c's side of the service area with ev: a move out or
