@@ -565,7 +565,9 @@ func TestUpdateCourier_WrittenAfterOutage(t *testing.T) {
 		t.Errorf("got status %q, want %q", cs.Status, bridge.StatusNoSignal)
 	}
 	// While disconnected the writer attempts nothing (the states wait in
-	// its table, not in the connection's reconnect buffer).
+	// its table, not in the connection's reconnect buffer). A write counts
+	// once its ack is back, which may come after the value is readable.
+	testenv.WaitFor(t, 10*time.Second, "the write's ack", func() bool { return b.Stats().KVWrites >= 1 })
 	if st := b.Stats(); st.KVWrites != 1 {
 		t.Errorf("got %d KV writes, want the 1 state written once, after the outage", st.KVWrites)
 	}
