@@ -426,7 +426,7 @@ func TestSource_UnreachableBrokerLogsRateLimited(t *testing.T) {
 			c.Close()
 		}
 	}()
-	var logs lockedLog
+	var logs testenv.LogBuffer
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	s, err := Start(ctx, testConfig("mqtt://"+ln.Addr().String(), "unreachable"), slog.New(slog.NewTextHandler(&logs, nil)), func(*Message) {})
@@ -442,22 +442,4 @@ func TestSource_UnreachableBrokerLogsRateLimited(t *testing.T) {
 	if !strings.Contains(logs.String(), "suppressed=") {
 		t.Errorf("no warning says how many were held back:\n%s", logs.String())
 	}
-}
-
-// lockedLog is a log sink safe for the source's goroutines.
-type lockedLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

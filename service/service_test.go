@@ -361,7 +361,7 @@ func TestRun_NATSAbsentSaysWhy(t *testing.T) {
 	mosq := testenv.StartMosquitto(t)
 	natsURL := "nats://" + testenv.FreeAddr(t) // nothing listens there
 	cfg := mustConfig(t, "girona", mosq.URL(), natsURL)
-	var logs lockedBuffer
+	var logs testenv.LogBuffer
 	start := time.Now()
 	svc := startService(t, []config.Config{cfg}, service.Deps{Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	base := "http://" + (<-svc.addr).String()

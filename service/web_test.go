@@ -2,7 +2,6 @@ package service_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/base64"
@@ -13,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,24 +23,6 @@ import (
 	"github.com/km0/edgeproc/internal/testenv"
 	"github.com/km0/edgeproc/service"
 )
-
-// lockedBuffer is a log sink safe for the service's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestRun_WebConfigGuardsEveryEndpoint: with http.web_config (TLS and a
 // basic-auth user, the Prometheus exporters' file), every endpoint of the
@@ -69,7 +49,7 @@ func TestRun_WebConfigGuardsEveryEndpoint(t *testing.T) {
 	if err := service.CheckWebConfig([]config.Config{cfg}); err != nil {
 		t.Fatal(err)
 	}
-	var logs lockedBuffer
+	var logs testenv.LogBuffer
 	svc := startService(t, []config.Config{cfg}, service.Deps{Log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	addr := (<-svc.addr).String()
 

@@ -5,30 +5,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/km0/edgeproc/internal/testenv"
 )
-
-// syncLog is a log sink safe for the watcher's goroutine.
-type syncLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *syncLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestWatchWebConfig_SaysWhenTheFileStopsLoading: a web config that no
 // longer loads fails every handshake closed; the watcher says so at
@@ -38,7 +19,7 @@ func TestWatchWebConfig_SaysWhenTheFileStopsLoading(t *testing.T) {
 	if err := os.WriteFile(path, []byte("basic_auth_users: {}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var logs syncLog
+	var logs testenv.LogBuffer
 	stop := watchWebConfig(path, 20*time.Millisecond, slog.New(slog.NewTextHandler(&logs, nil)))
 	defer stop()
 	if err := os.WriteFile(path, []byte("tls_server_config:\n  cert_file: /nonexistent/cert.pem\n  key_file: /nonexistent/key.pem\n"), 0o600); err != nil {
@@ -74,7 +55,7 @@ func TestWarnOpenWebConfig(t *testing.T) {
 			if err := os.WriteFile(path, []byte(c.file), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			var logs syncLog
+			var logs testenv.LogBuffer
 			warnOpenWebConfig(path, "0.0.0.0:9464", slog.New(slog.NewTextHandler(&logs, nil)))
 			if got := strings.Count(logs.String(), "level=WARN"); got != len(c.want) {
 				t.Errorf("%d warnings, want %d:\n%s", got, len(c.want), logs.String())
