@@ -170,7 +170,11 @@ func (m *Market) run(ctx context.Context) error {
 		}
 	}()
 	srcErr := m.src.Run(ctx, m)
-	closeErr := m.sink.close(dctx)
+	// A source that stopped on its own (it failed; ctx has not ended)
+	// gets the same bound from now.
+	cctx, cancelClose := context.WithTimeout(dctx, m.drain)
+	defer cancelClose()
+	closeErr := m.sink.close(cctx)
 	m.sink.cancelPub()
 	if n := m.sink.Lost(); n > 0 {
 		m.log.Error("results not handed to NATS before the shutdown deadline; the log keeps their inputs for the next start", "lost", n)

@@ -220,7 +220,10 @@ func (s *Source) Run(ctx context.Context, m *market.Market) error {
 	stop()
 
 	start := time.Now()
-	drain := m.DrainContext()
+	// The market's drain, and the same bound from now when the source
+	// stops on its own (a failure: the market's context has not ended).
+	drain, cancel := context.WithTimeout(m.DrainContext(), m.Drain())
+	defer cancel()
 	s.in.stop()
 	parts.Stop()
 
