@@ -9,34 +9,51 @@ import (
 	"testing"
 )
 
+// referenceObject is the start the references share: the size and JSON
+// object checks, the members, and the arrival fields (meaningful whatever
+// the reason). m is nil when in is already rejected with reason.
+func referenceObject(in []byte) (m map[string]json.RawMessage, p Position, reason Reason) {
+	p = Position{Accuracy: -1}
+	if len(in) > MaxPayload {
+		return nil, p, TooLarge
+	}
+	trimmed := bytes.TrimLeft(in, " \t\r\n")
+	if !json.Valid(in) || len(trimmed) == 0 || trimmed[0] != '{' {
+		return nil, p, MalformedJSON
+	}
+	if err := json.Unmarshal(in, &m); err != nil {
+		panic("json.Valid object failed to unmarshal: " + err.Error())
+	}
+	if n, ok := rawInt(m["arrival_ms"]); ok {
+		p.Arrival, p.HasArrival = n, true
+	}
+	return m, p, OK
+}
+
+// rawIsNum reports whether a JSON value is a number.
+func rawIsNum(raw json.RawMessage) bool {
+	return len(raw) > 0 && (raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9')
+}
+
+// rawInt is a JSON integer literal's value: no fraction, no exponent.
+func rawInt(raw json.RawMessage) (int64, bool) {
+	if !rawIsNum(raw) || bytes.ContainsAny(raw, ".eE") {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(string(raw), 10, 64)
+	return n, err == nil
+}
+
 // reference decodes in with encoding/json and the contract's rules, as
 // plainly as possible, to check Decode against. It returns the reason, the
 // position, and the arrival fields (meaningful whatever the reason).
 func reference(in []byte) (Reason, Position) {
-	p := Position{Accuracy: -1}
-	if len(in) > MaxPayload {
-		return TooLarge, p
-	}
-	trimmed := bytes.TrimLeft(in, " \t\r\n")
-	if !json.Valid(in) || len(trimmed) == 0 || trimmed[0] != '{' {
-		return MalformedJSON, p
-	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(in, &m); err != nil {
-		panic("json.Valid object failed to unmarshal: " + err.Error())
-	}
-	isNum := func(raw json.RawMessage) bool {
-		return len(raw) > 0 && (raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9')
-	}
-	intOf := func(raw json.RawMessage) (int64, bool) {
-		if !isNum(raw) || bytes.ContainsAny(raw, ".eE") {
-			return 0, false
-		}
-		n, err := strconv.ParseInt(string(raw), 10, 64)
-		return n, err == nil
+	m, p, reason := referenceObject(in)
+	if m == nil {
+		return reason, p
 	}
 	floatOf := func(raw json.RawMessage) (float64, bool) {
-		if !isNum(raw) {
+		if !rawIsNum(raw) {
 			return 0, false
 		}
 		var n json.Number
@@ -47,9 +64,6 @@ func reference(in []byte) (Reason, Position) {
 		return f, err == nil && !math.IsInf(f, 0) && !math.IsNaN(f)
 	}
 
-	if n, ok := intOf(m["arrival_ms"]); ok {
-		p.Arrival, p.HasArrival = n, true
-	}
 	for _, k := range []string{"courier", "lat", "lon", "timestamp_ms"} {
 		if raw, ok := m[k]; !ok || string(raw) == "null" {
 			p.Missing = k
@@ -68,7 +82,7 @@ func reference(in []byte) (Reason, Position) {
 	if p.Lon, ok = floatOf(m["lon"]); !ok || p.Lon < -180 || p.Lon > 180 {
 		return BadCoordinates, p
 	}
-	if p.TS, ok = intOf(m["timestamp_ms"]); !ok || p.TS <= 0 || p.TS > MaxTimestamp {
+	if p.TS, ok = rawInt(m["timestamp_ms"]); !ok || p.TS <= 0 || p.TS > MaxTimestamp {
 		return BadTimestamp, p
 	}
 	if a, ok := floatOf(m["accuracy_m"]); ok && a >= 0 {

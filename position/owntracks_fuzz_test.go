@@ -13,37 +13,16 @@ import (
 // OwnTracks rules (§2 Input formats), as plainly as possible, to check
 // DecodeOwnTracks against. topic "" reads the payload's "topic" member.
 func referenceOwnTracks(in []byte, topic, filter string, level int) (Reason, Position) {
-	p := Position{Accuracy: -1}
-	if len(in) > MaxPayload {
-		return TooLarge, p
-	}
-	trimmed := bytes.TrimLeft(in, " \t\r\n")
-	if !json.Valid(in) || len(trimmed) == 0 || trimmed[0] != '{' {
-		return MalformedJSON, p
-	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(in, &m); err != nil {
-		panic("json.Valid object failed to unmarshal: " + err.Error())
-	}
-	isNum := func(raw json.RawMessage) bool {
-		return len(raw) > 0 && (raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9')
-	}
-	intOf := func(raw json.RawMessage) (int64, bool) {
-		if !isNum(raw) || bytes.ContainsAny(raw, ".eE") {
-			return 0, false
-		}
-		n, err := strconv.ParseInt(string(raw), 10, 64)
-		return n, err == nil
+	m, p, reason := referenceObject(in)
+	if m == nil {
+		return reason, p
 	}
 	floatOf := func(raw json.RawMessage) (float64, bool) {
-		if !isNum(raw) {
+		if !rawIsNum(raw) {
 			return 0, false
 		}
 		f, err := strconv.ParseFloat(string(raw), 64)
 		return f, (err == nil || strings.Contains(err.Error(), "range")) && !math.IsInf(f, 0) && !math.IsNaN(f)
-	}
-	if n, ok := intOf(m["arrival_ms"]); ok {
-		p.Arrival, p.HasArrival = n, true
 	}
 	if raw, ok := m["_type"]; !ok || string(raw) == "null" {
 		p.Missing = "_type"
@@ -82,7 +61,7 @@ func referenceOwnTracks(in []byte, topic, filter string, level int) (Reason, Pos
 	if p.Lon, ok = floatOf(m["lon"]); !ok || p.Lon < -180 || p.Lon > 180 {
 		return BadCoordinates, p
 	}
-	tst, ok := intOf(m["tst"])
+	tst, ok := rawInt(m["tst"])
 	if !ok || tst <= 0 || tst > 253402300799 {
 		return BadTimestamp, p
 	}

@@ -29,13 +29,23 @@ import (
 // times only (the 100 ms ticker then cannot move the watermark).
 func mustConfig(tb testing.TB, market, mqttURL, natsURL string) config.Config {
 	tb.Helper()
+	return mustConfigMQTT(tb, market, mqttURL, natsURL, "")
+}
+
+// mustConfigMQTT is mustConfig with more keys of the mqtt section
+// (flow-style YAML, such as `format: owntracks`).
+func mustConfigMQTT(tb testing.TB, market, mqttURL, natsURL, mqttKeys string) config.Config {
+	tb.Helper()
+	if mqttKeys != "" {
+		mqttKeys = ", " + mqttKeys
+	}
 	y := fmt.Sprintf(`market: %s
-mqtt: {url: %q}
+mqtt: {url: %q%s}
 nats: {url: %q}
 windows: {idle_timeout: 0s}
 state: {dir: %q}
 http: {listen: "127.0.0.1:0"}
-`, market, mqttURL, natsURL, tb.TempDir())
+`, market, mqttURL, mqttKeys, natsURL, tb.TempDir())
 	c, err := config.Parse(strings.NewReader(y), market+".yaml")
 	if err != nil {
 		tb.Fatalf("config: %v", err)

@@ -18,24 +18,6 @@ import (
 	"github.com/km0/edgeproc/service"
 )
 
-// ownTracksConfig is mustConfig's market reading an OwnTracks fleet on
-// owntracks/+/+ (the courier: the USER level).
-func ownTracksConfig(tb testing.TB, market, mqttURL, natsURL string) config.Config {
-	tb.Helper()
-	y := fmt.Sprintf(`market: %s
-mqtt: {url: %q, topic: "owntracks/+/+", format: owntracks}
-nats: {url: %q}
-windows: {idle_timeout: 0s}
-state: {dir: %q}
-http: {listen: "127.0.0.1:0"}
-`, market, mqttURL, natsURL, tb.TempDir())
-	c, err := config.Parse(strings.NewReader(y), market+".yaml")
-	if err != nil {
-		tb.Fatalf("config: %v", err)
-	}
-	return c
-}
-
 // ownTracksFleet is testenv's simulated fleet as OwnTracks phones publish
 // it: each position a location message (tst in whole seconds, the app's
 // other members) on owntracks/COURIER/phone; the fleet's bad payloads as
@@ -79,7 +61,7 @@ func ownTracksFleet(market string, end time.Time) []testenv.Message {
 func TestRun_OwnTracksLiveEqualsReplay(t *testing.T) {
 	mosq := testenv.StartMosquitto(t)
 	ns := testenv.StartNATS(t)
-	cfg := ownTracksConfig(t, "girona", mosq.URL(), ns.URL())
+	cfg := mustConfigMQTT(t, "girona", mosq.URL(), ns.URL(), `topic: "owntracks/+/+", format: owntracks`)
 	rec := newRecorder()
 	reg := prometheus.NewRegistry()
 	svc := startService(t, []config.Config{cfg}, service.Deps{Log: testLog(t), Record: rec.record, Registry: reg})
@@ -95,10 +77,10 @@ func TestRun_OwnTracksLiveEqualsReplay(t *testing.T) {
 	rec.waitSeen(t, published, 60*time.Second)
 	svc.stop(t, 15*time.Second)
 
-	if got := counterWith(t, reg, "edgeproc_inputs_ignored_total", "girona", "type", "lwt"); got != 1 {
+	if got := seriesWith(t, reg, "edgeproc_inputs_ignored_total", "girona", "type", "lwt"); got != 1 {
 		t.Errorf("edgeproc_inputs_ignored_total{type=lwt} = %v, want 1", got)
 	}
-	if got := counterWith(t, reg, "edgeproc_positions_rejected_total", "girona", "reason", "courier_mismatch"); got != 0 {
+	if got := seriesWith(t, reg, "edgeproc_positions_rejected_total", "girona", "reason", "courier_mismatch"); got != 0 {
 		t.Errorf("courier_mismatch = %v, want 0: there is none in this format", got)
 	}
 	got := streamResults(t, ns.URL(), cfg.NATS.Stream)
@@ -152,29 +134,4 @@ func withMember(p []byte, name, value string) []byte {
 		out = append(out, ',')
 	}
 	return append(out, fmt.Sprintf(`%q:%q}`, name, value)...)
-}
-
-// counterWith reads the series of a gathered counter whose market and
-// label have the given values, or -1 when absent.
-func counterWith(tb testing.TB, reg *prometheus.Registry, name, market, label, value string) float64 {
-	tb.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		tb.Fatalf("gather: %v", err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			ls := map[string]string{}
-			for _, l := range m.GetLabel() {
-				ls[l.GetName()] = l.GetValue()
-			}
-			if ls["market"] == market && ls[label] == value {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return -1
 }

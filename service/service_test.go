@@ -25,8 +25,17 @@ func testLog(tb testing.TB) *slog.Logger {
 	return slog.New(slog.DiscardHandler)
 }
 
-// gauge reads one series of a gathered registry, or -1 when absent.
+// gauge reads the series of a gathered counter or gauge of a market, or
+// -1 when absent.
 func gauge(tb testing.TB, reg *prometheus.Registry, name, market string) float64 {
+	tb.Helper()
+	return seriesWith(tb, reg, name, market, "", "")
+}
+
+// seriesWith reads the series of a gathered counter or gauge whose market
+// and label have the given values (label "": the market alone), or -1
+// when absent.
+func seriesWith(tb testing.TB, reg *prometheus.Registry, name, market, label, value string) float64 {
 	tb.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -37,14 +46,17 @@ func gauge(tb testing.TB, reg *prometheus.Registry, name, market string) float64
 			continue
 		}
 		for _, m := range mf.GetMetric() {
+			ls := map[string]string{}
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "market" && l.GetValue() == market {
-					if m.Counter != nil {
-						return m.Counter.GetValue()
-					}
-					return m.Gauge.GetValue()
-				}
+				ls[l.GetName()] = l.GetValue()
 			}
+			if ls["market"] != market || label != "" && ls[label] != value {
+				continue
+			}
+			if m.Counter != nil {
+				return m.Counter.GetValue()
+			}
+			return m.Gauge.GetValue()
 		}
 	}
 	return -1
