@@ -55,6 +55,9 @@ func (w *Writer) compactDate(date string) (int, error) {
 	count := len(files)
 	for _, run := range runs(files, w.o.CompactTarget) {
 		path := filepath.Join(dir, fileName(w.o.Prefix, run[0].first, run[len(run)-1].last))
+		if err := w.o.fence(); err != nil {
+			return count, fmt.Errorf("compact: %w", err)
+		}
 		size, err := writeAtomic(path, func(out io.Writer) error { return w.merge(out, dir, run) })
 		if err != nil {
 			return count, fmt.Errorf("compact: %w", err)

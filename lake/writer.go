@@ -76,6 +76,18 @@ type Options struct {
 	// Logger receives write errors (rate-limited to one per roll).
 	// Default slog.Default().
 	Logger *slog.Logger
+	// Fence, when set, is asked before each file, marker and staging
+	// segment is written: an error stops the write. A partition's owner
+	// whose lease is ending must not write the series its successor
+	// writes next.
+	Fence func() error
+}
+
+func (o Options) fence() error {
+	if o.Fence == nil {
+		return nil
+	}
+	return o.Fence()
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -422,6 +434,9 @@ func (w *Writer) writeBatch(b *batch) error {
 			return fmt.Errorf("create %s: %w", dir, err)
 		}
 		path := filepath.Join(dir, fileName(w.o.Prefix, d.idx[0], d.idx[d.len()-1]))
+		if err := w.o.fence(); err != nil {
+			return err
+		}
 		size, err := writeAtomic(path, func(f io.Writer) error { return writeDate(f, d, w.o.RowGroupRows) })
 		if err != nil {
 			return err
@@ -437,6 +452,9 @@ func (w *Writer) writeBatch(b *batch) error {
 	}
 	if w.crashAt("roll:marker") {
 		return errCrashed
+	}
+	if err := w.o.fence(); err != nil {
+		return err
 	}
 	if err := writeMarker(w.marker, b.seen); err != nil {
 		return err

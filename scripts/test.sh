@@ -89,5 +89,6 @@ fuzz ./mqtt FuzzDecodePublish
 fuzz ./bridge FuzzCourierKey
 fuzz ./bridge FuzzAppendCourierState
 fuzz ./lake FuzzReadFile
+fuzz ./lake FuzzDecodeSegment
 # An execution fills a polygon with H3 (~2 ms): fewer of them.
 FUZZTIME=${FUZZTIME:-3000x} fuzz ./geo FuzzParseArea

@@ -1,0 +1,455 @@
+package lake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// Feed is a live source's way into the lake. The Writer alone keeps a
+// row in memory until its batch is written, up to a roll interval after
+// the checkpoint that covers it; a crash then would lose the rows between
+// the last Parquet file and the checkpoint, for the source replays its
+// log from the checkpoint, not from the lake. So the Feed stages them:
+// it takes the engine's accepted rows (Add, on the engine's merger
+// goroutine), cuts them at each checkpoint barrier (Cut) into a staging
+// segment on disk, and the checkpoint is saved only once that segment is
+// (Staged). Every row at or below a saved checkpoint is then in a
+// Parquet file or a staging segment: the log is truncated at
+// checkpoints as without a lake, and after a crash Start hands the
+// Writer the staged rows its files lack, while the source replays its
+// log after the checkpoint as usual (the engine judges those rows again,
+// the same way). Staging costs one small file write a checkpoint
+// interval; a segment is deleted once the Parquet files hold its rows.
+//
+// A failed staging write (a full disk) is retried every tick; meanwhile
+// Cut waits, which holds the engine and so the source's intake, as a full
+// disk holds the write-ahead log's. A Writer that cannot keep up
+// (ErrBehind) leaves the rows in their segments, read back later: memory
+// stays bounded, the disk holds the backlog.
+type Feed struct {
+	w      *Writer
+	o      Options
+	dir    string        // the staging folder
+	skipTo uint64        // rows at or below it are in files (set by Start)
+	every  time.Duration // the Writer's tick
+
+	// The merger's: rows since the last cut.
+	buf         []byte
+	first, prev uint64 // the range the segment covers starts at first; prev: the last row's index (first-1 before one)
+	rows        int
+
+	segs chan segment // cut segments, to the feed goroutine
+	free chan []byte  // their buffers, back
+	quit chan struct{}
+	done chan struct{}
+
+	// The feed goroutine's.
+	disk     []segment // staged, in log order, not all in files yet; rows 0: a range without rows, no file; -1: read at Start
+	next     int       // disk[next:] are not all appended
+	appended uint64    // every row at or below it is appended to the Writer
+
+	mu       sync.Mutex
+	staged   uint64        // every row at or below it is staged or in a file
+	stagedCh chan struct{} // closed when staged moves
+	stageErr error         // the last staging write's, nil once one succeeds
+	stats    FeedStats
+}
+
+// FeedStats describe a Feed and its Writer.
+type FeedStats struct {
+	Stats
+	Staged          uint64 // every row at or below this log index is staged or in a file
+	StagedSegments  int    // on disk, waiting for their rows to be in files
+	StagedBytes     int64
+	StageErrors     int64 // failed staging writes (each retried)
+	LastStageError  string
+	SegmentsDeleted int64
+}
+
+// OpenFeed opens the series o describes (Open) for a live source; Start
+// then recovers its staging area.
+func OpenFeed(o Options) (*Feed, error) {
+	w, err := Open(o)
+	if err != nil {
+		return nil, err
+	}
+	f := &Feed{
+		w: w, o: w.o, dir: StagingDir(w.o.Dir, w.o.Market),
+		every: min(max(w.o.RollInterval/10, 10*time.Millisecond), time.Second),
+		segs:  make(chan segment, 2), free: make(chan []byte, 3),
+		quit: make(chan struct{}), done: make(chan struct{}), stagedCh: make(chan struct{}),
+	}
+	if err := mkdirSynced(f.dir); err != nil {
+		w.Close(context.Background())
+		return nil, fmt.Errorf("lake: %w", err)
+	}
+	return f, nil
+}
+
+// CheckLog is Writer.CheckLog.
+func (f *Feed) CheckLog(last uint64) error { return f.w.CheckLog(last) }
+
+// Start recovers the staging area for a source restored at tag (its
+// checkpoint's log index; 0 for none) and starts the feed's goroutine:
+// segments whose rows are all in files go, and so do those past tag (the
+// source replays them from its log); the others are appended to the
+// Writer before any row Add takes from now on.
+func (f *Feed) Start(tag uint64) error {
+	durable := f.w.skipTo
+	segs, tmps, err := listSegments(f.dir, f.o.Prefix)
+	if err != nil {
+		return fmt.Errorf("lake: staging: %w", err)
+	}
+	for _, n := range tmps {
+		if err := removeFile(filepath.Join(f.dir, n)); err != nil {
+			return fmt.Errorf("lake: staging: %w", err)
+		}
+	}
+	for _, s := range segs {
+		switch {
+		case s.last <= durable || s.first > tag:
+			err = removeFile(filepath.Join(f.dir, s.name(f.o.Prefix)))
+		case s.last > tag:
+			// Cut at a barrier, a segment ends at every checkpoint's tag;
+			// one across tag is another checkpoint's (a newer one that
+			// was lost): keep what tag covers.
+			err = f.truncateSegment(&s, tag)
+		default:
+			f.disk = append(f.disk, s)
+		}
+		if err != nil {
+			return fmt.Errorf("lake: staging: %w", err)
+		}
+	}
+	f.disk = append(f.disk, segment{first: tag, last: tag})
+	f.skipTo, f.appended = durable, durable
+	f.first, f.prev = tag+1, tag
+	f.staged = tag
+	for _, s := range f.disk {
+		if s.rows != 0 {
+			f.stats.StagedSegments++
+			f.stats.StagedBytes += s.size
+		}
+	}
+	go f.run()
+	return nil
+}
+
+// truncateSegment rewrites the segment s as the rows at or below tag.
+func (f *Feed) truncateSegment(s *segment, tag uint64) error {
+	path := filepath.Join(f.dir, s.name(f.o.Prefix))
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	out := []byte(segmentMagic)
+	kept := segment{first: s.first, last: tag}
+	prev := s.first - 1
+	err = decodeSegment(data, s.first, func(r *Row) error {
+		if r.Index <= tag {
+			out = appendRow(out, prev, r)
+			prev = r.Index
+			kept.rows++
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if kept.rows > 0 {
+		data := sealSegment(out)
+		kept.size = int64(len(data))
+		if err := writeSegment(f.dir, f.o.Prefix, &kept, data); err != nil {
+			return err
+		}
+		f.disk = append(f.disk, kept)
+	}
+	return removeFile(path)
+}
+
+// Add stages an accepted row; call it in log order from one goroutine
+// (the engine's merger), with Cut. Its Courier is copied.
+func (f *Feed) Add(r *Row) {
+	if r.Index <= f.skipTo {
+		return // in a file already: the log is replayed from an older checkpoint
+	}
+	if len(f.buf) == 0 {
+		f.buf = append(f.buf, segmentMagic...)
+	}
+	f.buf = appendRow(f.buf, f.prev, r)
+	f.prev = r.Index
+	f.rows++
+	if len(f.buf) >= segMaxBytes {
+		f.Cut(r.Index)
+	}
+}
+
+// Cut ends the segment at log index last: a checkpoint barrier at last
+// (or Add's size bound). It hands the rows to be staged and waits only
+// while two segments are still being written.
+func (f *Feed) Cut(last uint64) {
+	if last < f.first {
+		return // nothing since the last cut (a final barrier at its tag)
+	}
+	s := segment{first: f.first, last: last, rows: f.rows}
+	if f.rows > 0 {
+		s.data = sealSegment(f.buf)
+		s.size = int64(len(s.data))
+		select {
+		case f.buf = <-f.free:
+		default:
+			f.buf = nil
+		}
+		f.buf = f.buf[:0]
+	}
+	f.first, f.prev, f.rows = last+1, last, 0
+	f.segs <- s
+}
+
+// Staged waits until every row at or below tag is staged or in a file:
+// a checkpoint at tag may then be saved.
+func (f *Feed) Staged(ctx context.Context, tag uint64) error {
+	for {
+		f.mu.Lock()
+		staged, ch := f.staged, f.stagedCh
+		f.mu.Unlock()
+		if staged >= tag {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			f.mu.Lock()
+			err := f.stageErr
+			f.mu.Unlock()
+			if err != nil {
+				return fmt.Errorf("lake: rows to %d not staged: %w (last error: %v)", tag, ctx.Err(), err)
+			}
+			return fmt.Errorf("lake: rows to %d not staged: %w", tag, ctx.Err())
+		}
+	}
+}
+
+// Behind reports why the lake is not keeping up, or nil: staging fails,
+// or the Writer is behind (Writer.Behind). For /readyz.
+func (f *Feed) Behind() error {
+	f.mu.Lock()
+	err := f.stageErr
+	f.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("lake staging %s: writing failed, retrying: %w", f.dir, err)
+	}
+	return f.w.Behind()
+}
+
+// Stats returns the Feed's and its Writer's counters.
+func (f *Feed) Stats() FeedStats {
+	ws := f.w.Stats()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.stats
+	s.Stats, s.Staged = ws, f.staged
+	return s
+}
+
+// Close stages what was cut, hands the Writer every staged row and waits
+// for its files (Writer.Close) until ctx ends, then deletes the segments
+// the files hold. Rows added since the last Cut are dropped: they are
+// past the last checkpoint, and the source's log has them. Call it once
+// Add and Cut are no longer called.
+func (f *Feed) Close(ctx context.Context) error {
+	close(f.segs)
+	select {
+	case <-f.done:
+	case <-ctx.Done():
+		close(f.quit)
+		<-f.done
+	}
+	err := f.w.Close(ctx)
+	f.prune()
+	return err
+}
+
+// run stages the segments Cut hands over, feeds the Writer and ticks it.
+func (f *Feed) run() {
+	defer close(f.done)
+	tick := time.NewTicker(f.every)
+	defer tick.Stop()
+	f.drain()
+	var pending *segment // cut, not yet staged
+	for {
+		if pending == nil {
+			select {
+			case s, ok := <-f.segs:
+				if !ok {
+					f.finish(tick.C)
+					return
+				}
+				pending = &s
+			case now := <-tick.C:
+				f.tick(now)
+				continue
+			case <-f.quit:
+				return
+			}
+		}
+		if err := f.stage(pending); err == nil {
+			pending = nil
+			continue
+		}
+		select { // retry at the next tick
+		case now := <-tick.C:
+			f.tick(now)
+		case <-f.quit:
+			return
+		}
+	}
+}
+
+// finish stages what is left and appends every staged row.
+func (f *Feed) finish(tick <-chan time.Time) {
+	for f.next < len(f.disk) {
+		select {
+		case now := <-tick:
+			f.tick(now)
+		case <-f.quit:
+			return
+		}
+	}
+}
+
+// stage writes a cut segment, then appends its rows when the Writer has
+// taken every earlier one.
+func (f *Feed) stage(s *segment) error {
+	if s.rows > 0 {
+		err := f.o.fence()
+		if err == nil {
+			err = writeSegment(f.dir, f.o.Prefix, s, s.data)
+		}
+		if err != nil {
+			f.mu.Lock()
+			first := f.stageErr == nil
+			f.stageErr = err
+			f.stats.StageErrors++
+			f.stats.LastStageError = err.Error()
+			f.mu.Unlock()
+			if first {
+				f.o.Logger.Error("lake: staging failed; retrying, the source's intake waits meanwhile", "market", f.o.Market, "series", f.o.Prefix, "err", err)
+			}
+			return err
+		}
+	}
+	f.mu.Lock()
+	if f.stageErr != nil {
+		f.o.Logger.Info("lake: staging works again", "market", f.o.Market, "series", f.o.Prefix)
+	}
+	f.stageErr = nil
+	f.staged = s.last
+	close(f.stagedCh)
+	f.stagedCh = make(chan struct{})
+	if s.rows > 0 {
+		f.stats.StagedSegments++
+		f.stats.StagedBytes += s.size
+	}
+	f.mu.Unlock()
+	f.disk = append(f.disk, *s)
+	f.drain()
+	return nil
+}
+
+func (f *Feed) tick(now time.Time) {
+	f.w.Tick(now)
+	f.drain()
+	f.prune()
+}
+
+// drain appends the staged rows the Writer lacks, until it refuses one.
+func (f *Feed) drain() {
+	for f.next < len(f.disk) {
+		s := &f.disk[f.next]
+		if s.rows != 0 {
+			if err := f.appendSegment(s); err != nil {
+				if !errors.Is(err, ErrBehind) {
+					f.noteReadError(s, err)
+				}
+				f.release(s)
+				return
+			}
+		}
+		f.w.Advance(s.last)
+		f.appended = max(f.appended, s.last)
+		f.release(s)
+		f.next++
+	}
+}
+
+// release drops a segment's bytes from memory, keeping the buffer.
+func (f *Feed) release(s *segment) {
+	if s.data == nil {
+		return
+	}
+	select {
+	case f.free <- s.data:
+	default:
+	}
+	s.data = nil
+}
+
+func (f *Feed) appendSegment(s *segment) error {
+	data := s.data
+	if data == nil {
+		var err error
+		if data, err = os.ReadFile(filepath.Join(f.dir, s.name(f.o.Prefix))); err != nil {
+			return err
+		}
+	}
+	return decodeSegment(data, s.first, func(r *Row) error {
+		if r.Index <= f.appended {
+			return nil
+		}
+		if err := f.w.Append(r); err != nil {
+			return err
+		}
+		f.appended = r.Index
+		return nil
+	})
+}
+
+// noteReadError reports a staged segment that cannot be read back: its
+// rows are kept on disk and tried again each tick.
+func (f *Feed) noteReadError(s *segment, err error) {
+	f.mu.Lock()
+	f.stats.StageErrors++
+	f.stats.LastStageError = err.Error()
+	f.mu.Unlock()
+	f.o.Logger.Error("lake: a staged segment cannot be read back; tried again each tick", "market", f.o.Market, "series", f.o.Prefix, "segment", s.name(f.o.Prefix), "err", err)
+}
+
+// prune deletes the segments whose rows are all in files.
+func (f *Feed) prune() {
+	durable := f.w.Durable()
+	n := 0
+	for n < f.next && f.disk[n].last <= durable {
+		s := &f.disk[n]
+		if s.rows != 0 {
+			if err := removeFile(filepath.Join(f.dir, s.name(f.o.Prefix))); err != nil {
+				f.o.Logger.Warn("lake: staged segment not deleted; the next start does", "err", err)
+			}
+			f.mu.Lock()
+			f.stats.StagedSegments--
+			f.stats.StagedBytes -= s.size
+			f.stats.SegmentsDeleted++
+			f.mu.Unlock()
+		}
+		n++
+	}
+	if n > 0 {
+		f.disk = append(f.disk[:0], f.disk[n:]...)
+		f.next -= n
+	}
+}
