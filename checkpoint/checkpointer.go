@@ -108,7 +108,8 @@ type Checkpointer struct {
 
 // NewCheckpointer returns the checkpointer that stores snapshots with s
 // once flush (waiting, bounded by its context, for the acknowledgement of
-// every result handed over so far) returns nil. tag is the recovery point
+// every result handed over so far, and for anything else the checkpoint
+// must not get ahead of) returns nil. tag is the recovery point
 // the state was restored from (0: none).
 func NewCheckpointer(flush func(context.Context) error, s Saver, tag uint64) *Checkpointer {
 	c := &Checkpointer{flush: flush, saver: s}
@@ -161,7 +162,7 @@ func (c *Checkpointer) Save(ctx context.Context, plan Plan, tag uint64, parts []
 
 func (c *Checkpointer) save(ctx context.Context, plan Plan, tag uint64, parts [][]byte, start time.Time) error {
 	if err := c.flush(ctx); err != nil {
-		return fmt.Errorf("results before checkpoint %d not acknowledged: %w", tag, err)
+		return fmt.Errorf("checkpoint %d waits for what it covers: %w", tag, err)
 	}
 	var n int64
 	var err error

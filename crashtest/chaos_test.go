@@ -72,6 +72,7 @@ func TestChaos_SeededSchedule(t *testing.T) {
 	msgs := testenv.FleetMessages(marketName, couriers, span, seed, time.Now().Add(-span))
 	wantByKey, wantRejected := expected(t, cfg, msgs)
 	variants := expectedVariants(t, cfg, msgs)
+	wantLake := expectedLake(t, cfg, msgs, false)
 	t.Logf("fleet: %d messages; reference run: %d keyed results, %d rejected inputs", len(msgs), len(wantByKey), len(wantRejected))
 
 	sup := supervise(t, bin, confPath, cfg.HTTP.Listen)
@@ -102,6 +103,8 @@ func TestChaos_SeededSchedule(t *testing.T) {
 		resp.Body.Close()
 	}
 	settleAndCompareIncarnations(t, sup, ns.URL(), cfg, wantByKey, variants, wantRejected, c.held)
+	// The schedule's variants change late judgements: the positions alone.
+	checkLake(t, cfg, wantLake, false)
 }
 
 // chaos is what the faults act on.

@@ -5,7 +5,9 @@
 // longer than the idle timeout while the fleet publishes, and in the final
 // silence), and the broker is stopped for as long, while a fleet is
 // published to Mosquitto; edgeproc is restarted after each kill. The JetStream stream must end up holding exactly the results of
-// one uninterrupted engine run over the same positions.
+// one uninterrupted engine run over the same positions, and the lake
+// (rolling every 2 s, so that kills land in rolls) exactly its accepted
+// positions, each once, with the same late judgement (contract §7).
 //
 // What is checked: for every result type but rejected, the set of keys and
 // each result's JSON (emitted_at_ms removed) equal the reference run's —
@@ -85,7 +87,8 @@ dead_zones: {window: 10s}
 geo: {service_area: %q}
 state: {dir: %q, checkpoint_interval: 300ms}
 http: {listen: %q}
-`, marketName, mqttURL, natsURL, area, filepath.Join(dir, "state"), testenv.FreeAddr(tb))
+lake: {dir: %q, roll_interval: 2s}
+`, marketName, mqttURL, natsURL, area, filepath.Join(dir, "state"), testenv.FreeAddr(tb), filepath.Join(dir, "lake"))
 	path := filepath.Join(dir, "crash.yaml")
 	if err := os.WriteFile(path, []byte(y), 0o644); err != nil {
 		tb.Fatal(err)
@@ -329,6 +332,7 @@ func TestKill9_ResultsEqualUninterruptedRun(t *testing.T) {
 	// start: every position arrives after its timestamp.
 	msgs := testenv.FleetMessages(marketName, couriers, 8*time.Minute, 42, time.Now().Add(-8*time.Minute))
 	wantByKey, wantRejected := expected(t, cfg, msgs)
+	wantLake := expectedLake(t, cfg, msgs, true)
 	t.Logf("fleet: %d messages; reference run: %d keyed results, %d rejected inputs", len(msgs), len(wantByKey), len(wantRejected))
 	revisions := testenv.Revisions(wantByKey)
 	zones, moves := 0, 0
@@ -422,6 +426,7 @@ func TestKill9_ResultsEqualUninterruptedRun(t *testing.T) {
 		kills, ckptKills, natsKills, longKills, outage, brokerStops, outage, sup.runs)
 
 	settleAndCompare(t, sup, ns.URL(), cfg, wantByKey, wantRejected)
+	checkLake(t, cfg, wantLake, true)
 }
 
 // settleAndCompare waits until edgeproc is idle, stops it gracefully and

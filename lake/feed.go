@@ -43,10 +43,11 @@ type Feed struct {
 	first, prev uint64 // the range the segment covers starts at first; prev: the last row's index (first-1 before one)
 	rows        int
 
-	segs chan segment // cut segments, to the feed goroutine
-	free chan []byte  // their buffers, back
-	quit chan struct{}
-	done chan struct{}
+	started bool
+	segs    chan segment // cut segments, to the feed goroutine
+	free    chan []byte  // their buffers, back
+	quit    chan struct{}
+	done    chan struct{}
 
 	// The feed goroutine's.
 	disk     []segment // staged, in log order, not all in files yet; rows 0: a range without rows, no file; -1: read at Start
@@ -136,6 +137,7 @@ func (f *Feed) Start(tag uint64) error {
 			f.stats.StagedBytes += s.size
 		}
 	}
+	f.started = true
 	go f.run()
 	return nil
 }
@@ -263,6 +265,9 @@ func (f *Feed) Stats() FeedStats {
 // past the last checkpoint, and the source's log has them. Call it once
 // Add and Cut are no longer called.
 func (f *Feed) Close(ctx context.Context) error {
+	if !f.started {
+		return f.w.Close(ctx)
+	}
 	close(f.segs)
 	select {
 	case <-f.done:
@@ -451,5 +456,31 @@ func (f *Feed) prune() {
 	if n > 0 {
 		f.disk = append(f.disk[:0], f.disk[n:]...)
 		f.next -= n
+	}
+}
+
+// Add adds o's counts to s: several feeds (a market's partitions) as
+// one. Gauges (RowsBuffered, StagedSegments, StagedBytes) add too; Staged
+// and Durable are a series' own and keep s's.
+func (s *FeedStats) Add(o FeedStats) {
+	s.RowsAppended += o.RowsAppended
+	s.RowsSkipped += o.RowsSkipped
+	s.RowsRefused += o.RowsRefused
+	s.RowsBuffered += o.RowsBuffered
+	s.RowsWritten += o.RowsWritten
+	s.FilesWritten += o.FilesWritten
+	s.BytesWritten += o.BytesWritten
+	s.WriteErrors += o.WriteErrors
+	s.Compactions += o.Compactions
+	s.DatesDeleted += o.DatesDeleted
+	s.StagedSegments += o.StagedSegments
+	s.StagedBytes += o.StagedBytes
+	s.StageErrors += o.StageErrors
+	s.SegmentsDeleted += o.SegmentsDeleted
+	if o.LastError != "" {
+		s.LastError = o.LastError
+	}
+	if o.LastStageError != "" {
+		s.LastStageError = o.LastStageError
 	}
 }

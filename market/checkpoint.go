@@ -10,6 +10,7 @@ import (
 
 	"github.com/km0/edgeproc/checkpoint"
 	"github.com/km0/edgeproc/engine"
+	"github.com/km0/edgeproc/lake"
 )
 
 // Recover starts an engine from the newest recovery point of store, or an
@@ -71,6 +72,13 @@ type Checkpoints struct {
 	// its term. Default 0: a save waits as long as NATS is away, which
 	// only delays checkpoints.
 	SaveTimeout time.Duration
+	// Lake, when set, is the market's lake feed: each barrier cuts it at
+	// its tag (on the merger, after the rows before the barrier), and a
+	// checkpoint is saved only once those rows are staged, so that none
+	// between the lake's last file and the checkpoint is lost in a crash.
+	Lake *lake.Feed
+	// saving is the tag of the checkpoint being saved, for flush.
+	saving uint64
 	// jobs has capacity 1 and the Checkpointer admits one checkpoint from
 	// its barrier until it is saved, so the merger's hand-off never
 	// blocks: a checkpoint due while one is in progress is skipped.
@@ -95,7 +103,13 @@ type ckptJob struct {
 // flush (the sink's wait for the acks of every result handed over so far)
 // returns nil; tag is the recovery point the engine was restored from.
 func NewCheckpoints(flush func(context.Context) error, store checkpoint.Saver, tag uint64, log *slog.Logger) *Checkpoints {
-	c := &Checkpoints{Checkpointer: checkpoint.NewCheckpointer(flush, store, tag), log: log, jobs: make(chan ckptJob, 1)}
+	c := &Checkpoints{log: log, jobs: make(chan ckptJob, 1)}
+	c.Checkpointer = checkpoint.NewCheckpointer(func(ctx context.Context) error {
+		if err := flush(ctx); err != nil || c.Lake == nil {
+			return err
+		}
+		return c.Lake.Staged(ctx, c.saving)
+	}, store, tag)
 	idle := make(chan struct{})
 	close(idle)
 	c.idle.Store(&idle)
@@ -116,6 +130,7 @@ func (c *Checkpoints) Start(e *engine.Engine, tag uint64, after func()) bool {
 	job := ckptJob{plan: plan, tag: tag, start: time.Now(), after: after}
 	c.log.Debug("checkpoint started", "tag", tag, "incremental", plan.Delta)
 	Barrier(e, plan, tag, func(snap [][]byte) {
+		c.cut(tag)
 		job.snap = snap
 		c.jobs <- job // never blocks: Begin admits one job at a time
 	})
@@ -157,6 +172,7 @@ func (c *Checkpoints) save(ctx context.Context, job ckptJob, failed string) erro
 		ctx, cancel = context.WithTimeout(ctx, c.SaveTimeout)
 		defer cancel()
 	}
+	c.saving = job.tag
 	err := c.Save(ctx, job.plan, job.tag, job.snap, job.start)
 	switch {
 	case err == nil:
@@ -180,6 +196,7 @@ func (c *Checkpoints) Final(e *engine.Engine, tag uint64) {
 	}
 	job := ckptJob{tag: tag, start: time.Now()}
 	e.Checkpoint(tag, func(snap [][]byte) {
+		c.cut(tag)
 		job.snap = snap
 		c.final = &job
 	})
@@ -194,5 +211,12 @@ func (c *Checkpoints) SaveFinal(ctx context.Context) {
 	}
 	if err := c.save(ctx, *c.final, ""); err != nil {
 		c.log.Warn("final checkpoint not written; the next start replays the log", "tag", c.final.tag, "err", err)
+	}
+}
+
+// cut ends the lake's staging segment at a barrier's tag.
+func (c *Checkpoints) cut(tag uint64) {
+	if c.Lake != nil {
+		c.Lake.Cut(tag)
 	}
 }

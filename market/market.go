@@ -12,8 +12,10 @@
 //     protocol over both stores;
 //   - "failed and stops" (Die), readiness (NotReady) and the metrics
 //     snapshot (Snapshot);
+//   - the lake's feeds (OpenLake, LakeRows; Checkpoints cuts them at
+//     its barriers), their readiness and figures;
 //   - the mapping of the configuration file to each part's settings
-//     (EngineConfig, BridgeConfig, MQTTConfig).
+//     (EngineConfig, BridgeConfig, MQTTConfig, LakeOptions).
 //
 // The process host (package service) builds one Market per configured
 // market, gives it its source and serves its metrics, health and board.
@@ -77,6 +79,7 @@ type Market struct {
 	src   Source
 	drain time.Duration
 	sink  *Sink
+	lakes lakes
 
 	// phase is what the market is doing, for readiness before its source
 	// runs.
@@ -228,7 +231,10 @@ func (m *Market) NotReady() string {
 	if r := m.sink.ready(); r != "" {
 		return r
 	}
-	return m.src.NotReady()
+	if r := m.src.NotReady(); r != "" {
+		return r
+	}
+	return m.lakes.behind()
 }
 
 // Snapshot is the market's state for metrics.
@@ -236,6 +242,7 @@ func (m *Market) Snapshot() metrics.Snapshot {
 	s := metrics.Snapshot{Ready: m.NotReady() == "", Failed: m.Dead() != nil}
 	m.sink.stats(&s)
 	m.src.Stats(&s)
+	m.lakes.stats(&s)
 	return s
 }
 

@@ -25,7 +25,7 @@ func exposedNames(t *testing.T) map[string]bool {
 			Engine:    engine.Stats{Watermark: 1, Rejected: map[string]int64{"bad_json": 1}, Results: map[string]int64{"distance": 1}},
 			HasEngine: true, Bridge: bridge.Stats{}, HasBridge: true, MQTT: mqtt.Stats{}, HasMQTT: true,
 			Durability: metrics.Durability{LastCheckpoint: time.Now(), Fsync: h.Snapshot()}, HasDurability: true,
-			ResultLatency: h.Snapshot(), HasResultLatency: true,
+			ResultLatency: h.Snapshot(), HasResultLatency: true, HasLake: true,
 		}
 	}}
 	names := map[string]bool{}

@@ -27,6 +27,7 @@ import (
 	"github.com/km0/edgeproc/checkpoint"
 	"github.com/km0/edgeproc/engine"
 	"github.com/km0/edgeproc/internal/tmath"
+	"github.com/km0/edgeproc/lake"
 	"github.com/km0/edgeproc/mqtt"
 )
 
@@ -57,6 +58,12 @@ type Snapshot struct {
 	// Left out of the scrape while HasResultLatency is false.
 	ResultLatency    HistogramSnapshot
 	HasResultLatency bool
+	// Lake is the market's lake feeds' figures, all its series as one;
+	// LakeBehind whether one is behind (see /readyz). Left out of the
+	// scrape while HasLake is false (no lake.dir).
+	Lake       lake.FeedStats
+	LakeBehind bool
+	HasLake    bool
 }
 
 // Version is the version edgeproc_build_info reports; the command sets it
@@ -196,6 +203,16 @@ var (
 	dRecoveryDur = desc("recovery_duration_seconds", "Time taken at start to load the checkpoint and replay the write-ahead log.")
 	dLatency     = desc("result_ack_latency_seconds", "Window close (result handed to the bridge) to its JetStream ack, retries included.")
 
+	dLakeRows     = desc("lake_rows_written_total", "Accepted positions written to the lake's Parquet files (lake.dir).")
+	dLakeFiles    = desc("lake_files_written_total", "Parquet files the lake wrote (rolls; compaction's merged files not included).")
+	dLakeBytes    = desc("lake_written_bytes_total", "Bytes of the Parquet files the lake wrote.")
+	dLakeBuffered = desc("lake_rows_buffered", "Accepted positions held in memory until their Parquet file is written (at most lake.roll_interval).")
+	dLakeStaged   = desc("lake_staged_bytes", "Bytes of the lake's staging segments: rows a checkpoint covers that are not in a Parquet file yet. Grows while the lake is behind.")
+	dLakeErrors   = desc("lake_errors_total", "Failed lake writes, by what: a Parquet file (retried at the next roll) or a staging segment (retried each second; the checkpoint, and so the intake, waits).", "what")
+	dLakeRefused  = desc("lake_rows_deferred_total", "Rows the lake writer could not take at once (a full batch waits for the previous one): kept staged on disk and taken later.")
+	dLakeCompact  = desc("lake_compactions_total", "Files merged into one by the lake's compaction of closed dates.")
+	dLakeBehind   = desc("lake_behind", "1 while the lake is not keeping up (a write failing, or a full batch waiting): see /readyz.")
+
 	dBuildInfo = prometheus.NewDesc("edgeproc_build_info", "Always 1; the labels say which build runs.", []string{"version", "goversion", "revision"}, nil)
 )
 
@@ -218,6 +235,7 @@ var allDescs = []*prometheus.Desc{
 	dMQTTUp, dMQTTRecv, dMQTTRedel, dMQTTResent, dMQTTOut, dMQTTReconn, dMQTTLost, dReady, dFailed,
 	dCkptAge, dCkptDur, dCkptBytes, dCkpts, dCkptFail, dCkptSkip, dCkptIncr, dWALBytes, dWALRepairs, dWALStalled, dWALStalls, dWALFsync, dReplayed, dRecoveryDur,
 	dLatency, dBuildInfo,
+	dLakeRows, dLakeFiles, dLakeBytes, dLakeBuffered, dLakeStaged, dLakeErrors, dLakeRefused, dLakeCompact, dLakeBehind,
 }
 
 // Describe sends every metric description.
@@ -256,6 +274,9 @@ func (c *Collector) collect(ch chan<- prometheus.Metric, name string, s Snapshot
 	}
 	if s.HasDurability {
 		e.durability(s.Durability, now)
+	}
+	if s.HasLake {
+		e.lake(s.Lake, s.LakeBehind)
 	}
 	if s.HasResultLatency {
 		h := s.ResultLatency
@@ -350,6 +371,19 @@ func (e emitter) durability(d Durability, now time.Time) {
 	e.ch <- prometheus.MustNewConstHistogram(dWALFsync, h.Count, h.Sum, h.Buckets, e.name)
 	e.gauge(dReplayed, float64(d.Replayed))
 	e.gauge(dRecoveryDur, d.RecoveryDuration.Seconds())
+}
+
+func (e emitter) lake(l lake.FeedStats, behind bool) {
+	e.counter(dLakeRows, float64(l.RowsWritten))
+	e.counter(dLakeFiles, float64(l.FilesWritten))
+	e.counter(dLakeBytes, float64(l.BytesWritten))
+	e.gauge(dLakeBuffered, float64(l.RowsBuffered))
+	e.gauge(dLakeStaged, float64(l.StagedBytes))
+	e.counter(dLakeErrors, float64(l.WriteErrors), "file")
+	e.counter(dLakeErrors, float64(l.StageErrors), "staging")
+	e.counter(dLakeRefused, float64(l.RowsRefused))
+	e.counter(dLakeCompact, float64(l.Compactions))
+	e.gauge(dLakeBehind, bool01(behind))
 }
 
 func bool01(b bool) float64 {

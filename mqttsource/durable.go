@@ -170,6 +170,16 @@ func (s *Source) recover(ecfg engine.Config) error {
 		return fail(fmt.Errorf("state dir %s is inconsistent: replaying after checkpoint %d needs log index %d, but the log starts at %d", dir, tag, tag+1, first))
 	}
 
+	if s.lake != nil {
+		err := s.lake.CheckLog(log.LastIndex())
+		if err == nil {
+			err = s.lake.Start(tag)
+		}
+		if err != nil {
+			_ = log.Close()
+			return fail(err)
+		}
+	}
 	d := s.drv
 	d.restore(eng, tag)
 	var n, lastArrival int64
@@ -187,6 +197,7 @@ func (s *Source) recover(ecfg engine.Config) error {
 	s.in.resume(lastArrival)
 	store.wal = log
 	s.ckpt.Checkpoints = market.NewCheckpoints(s.mkt.Sink().Flush, store, tag, s.log)
+	s.ckpt.Lake = s.lake
 	s.ckpt.replayed = n
 	s.ckpt.recovery = time.Since(start)
 	s.wal.Store(log)

@@ -60,6 +60,7 @@ import (
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/engine"
 	"github.com/km0/edgeproc/internal/ratelog"
+	"github.com/km0/edgeproc/lake"
 	"github.com/km0/edgeproc/market"
 	"github.com/km0/edgeproc/metrics"
 	"github.com/km0/edgeproc/wal"
@@ -96,10 +97,11 @@ type Source struct {
 	log *slog.Logger
 	mkt *market.Market // set by Run
 
-	in  *intake
-	drv *driver
-	wal atomic.Pointer[wal.Log]
-	eng atomic.Pointer[engine.Engine] // for metrics, once recovered
+	in   *intake
+	drv  *driver
+	wal  atomic.Pointer[wal.Log]
+	eng  atomic.Pointer[engine.Engine] // for metrics, once recovered
+	lake *lake.Feed                    // nil without lake.dir; set by Run before recover
 
 	ckpt ckptState
 }
@@ -181,7 +183,17 @@ func (s *Source) Run(ctx context.Context, m *market.Market) error {
 	ecfg.OnPosition = out.Position
 	ecfg.OnForget = out.Forget
 	ecfg.OnSide = out.Side
+	feed, err := m.OpenLake("", nil)
+	if err != nil {
+		return err
+	}
+	if s.lake = feed; feed != nil {
+		ecfg.OnRows = market.LakeRows(feed)
+	}
 	if err := s.recover(ecfg); err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), m.Drain())
+		defer cancel()
+		s.closeLake(ctx)
 		return fmt.Errorf("recover: %w", err)
 	}
 	log := s.wal.Load()
@@ -229,9 +241,10 @@ func (s *Source) Run(ctx context.Context, m *market.Market) error {
 
 	srcErr := s.in.close(drain) // acks given so far get their last flush
 	s.ckpt.SaveFinal(drain)
+	s.closeLake(drain)
 	walErr := log.Close()
 	s.log.Info("market stopped", "took", time.Since(start).Round(time.Millisecond))
-	err := startErr
+	err = startErr
 	if err == nil && s.drv.fatal != nil {
 		err = s.drv.fatal
 	}
@@ -239,6 +252,14 @@ func (s *Source) Run(ctx context.Context, m *market.Market) error {
 		err = fmt.Errorf("shutdown: mqtt: %w", srcErr)
 	}
 	return errors.Join(err, wrapErr("sync write-ahead log", syncErr), wrapErr("close write-ahead log", walErr))
+}
+
+// closeLake writes the lake's staged rows to Parquet within ctx; what is
+// left stays staged for the next start.
+func (s *Source) closeLake(ctx context.Context) {
+	if err := s.mkt.CloseLake(ctx, s.lake); err != nil {
+		s.log.Warn("lake: rows left staged for the next start", "err", err)
+	}
 }
 
 func wrapErr(what string, err error) error {

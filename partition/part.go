@@ -331,10 +331,18 @@ func (p *part) release() {
 		p.stop(t)
 		return
 	}
-	if drain := p.env.mkt.Drain(); !p.finalCheckpoint(t, time.Now().Add(drain)) {
+	drain := p.env.mkt.Drain()
+	deadline := time.Now().Add(drain)
+	if !p.finalCheckpoint(t, deadline) {
 		p.env.log.Warn("final checkpoint not recorded in time; a successor resumes from the previous one",
 			"partition", p.n, "epoch", t.epoch, "drain_timeout", drain)
 	}
+	// The lake's rows to Parquet while the lease holds; what is not
+	// written stays staged for the successor.
+	t.eng.Stop()
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	t.closeLake(ctx)
+	cancel()
 	t.fence() // after the final checkpoint, nothing more goes out
 	p.stop(t)
 	p.unpin()
@@ -345,6 +353,9 @@ func (p *part) release() {
 func (p *part) stop(t *term) {
 	t.eng.Stop()
 	t.parts.Stop()
+	cut, cancel := context.WithCancel(context.Background())
+	cancel()
+	t.closeLake(cut) // fenced: what is staged is the successor's
 	p.eng.Store(nil)
 	p.ckpt.Store(nil)
 	st, cs := t.eng.Stats(), t.ckpt.Stats()

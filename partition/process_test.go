@@ -179,8 +179,11 @@ func TestProcesses_Kill9AndNodeLossEqualReplay(t *testing.T) {
 	const partitions = 4
 	cl := testenv.StartCluster(t, testenv.ClusterConfig{Nodes: 3, Mappings: mapping(partitions)})
 	cfg := operatorConfig(t, cl.URL(), partitions)
-	// max_owned ceil(4 / (3-1)): spread, and room for all on two.
-	procs := startProcsEdit(t, bin, cl.URL(), partitions, 2, operatorYAML, "a", "b", "c")
+	// max_owned ceil(4 / (3-1)): spread, and room for all on two. The
+	// instances share a lake.
+	lakeDir := t.TempDir()
+	addLake := withLake(lakeDir)
+	procs := startProcsEdit(t, bin, cl.URL(), partitions, 2, func(y string) string { return addLake(operatorYAML(y)) }, "a", "b", "c")
 	for _, p := range procs {
 		testenv.WaitFor(t, 90*time.Second, p.name+" ready", p.ready)
 		t.Logf("instance %s ready after %v of CPU", p.name, p.cpuReady)
@@ -259,6 +262,7 @@ func TestProcesses_Kill9AndNodeLossEqualReplay(t *testing.T) {
 		want = reference(t, cl.URL(), cfg)
 	}
 	t.Logf("%d messages, %d results, as the replay", len(msgs), equalsReplayOf(t, cl.URL(), cfg, want))
+	checkLakeEqualsReplay(t, lakeDir, cl.URL(), cfg)
 }
 
 // watchTakeovers polls the survivors until each of the partitions has a

@@ -16,6 +16,7 @@ import (
 	"github.com/km0/edgeproc/checkpoint"
 	"github.com/km0/edgeproc/engine"
 	"github.com/km0/edgeproc/entry"
+	"github.com/km0/edgeproc/lake"
 	"github.com/km0/edgeproc/market"
 	"github.com/km0/edgeproc/output"
 	"github.com/km0/edgeproc/result"
@@ -52,6 +53,11 @@ type term struct {
 
 	out      *output.Sink // sink only
 	topicBuf []byte       // pull loop only
+
+	// lake is the partition's lake series (nil without lake.dir), fed
+	// by the engine's merger through lakeRows; closed when the term ends.
+	lake     *lake.Feed
+	lakeRows func([]engine.Row)
 }
 
 // claim makes this instance the partition's owner and restores its
@@ -68,6 +74,9 @@ func (p *part) claim(ctx context.Context, pin string, sent time.Time) (*term, er
 	ecfg.OnPosition = t.out.Position
 	ecfg.OnForget = t.out.Forget
 	ecfg.OnSide = t.out.Side
+	if r.cfg.Lake.Dir != "" {
+		ecfg.OnRows = func(rows []engine.Row) { t.lakeRows(rows) }
+	}
 	eng, seq, err := market.Recover(cctx, ecfg, t.sink, t)
 	if err != nil {
 		t.cancelPub()
@@ -75,11 +84,60 @@ func (p *part) claim(ctx context.Context, pin string, sent time.Time) (*term, er
 	}
 	t.eng, t.last = eng, seq
 	t.lease.Store(sent.Add(r.cfg.JetStream.PinTTL - p.leaseMargin()).UnixNano())
+	// The lake series is opened once the record is claimed (Recover): an
+	// earlier owner is fenced by then, and its lease, which its writes
+	// check, has ended.
+	if err := t.openLake(seq); err != nil {
+		eng.Stop()
+		t.cancelPub()
+		return nil, fmt.Errorf("lake: %w", err)
+	}
 	t.ckpt = market.NewCheckpoints(r.mkt.Sink().Flush, t, seq, r.log.With("partition", p.n))
+	t.ckpt.Lake = t.lake
 	t.ckpt.SaveTimeout = opTimeout
 	t.parts.Go(func() { t.ckpt.Run(t.pubCtx) }, t.cancelPub)
 	p.ckptSeq.Store(seq)
 	return t, nil
+}
+
+// openLake opens and starts the partition's lake series (prefix "pN-")
+// at seq, the claimed checkpoint's sequence.
+func (t *term) openLake(seq uint64) error {
+	f, err := t.p.env.mkt.OpenLake(fmt.Sprintf("p%d-", t.p.n), t.leased)
+	if err != nil || f == nil {
+		return err
+	}
+	if err := f.Start(seq); err != nil {
+		t.p.env.mkt.CloseLake(context.Background(), f)
+		return err
+	}
+	t.lake, t.lakeRows = f, market.LakeRows(f)
+	return nil
+}
+
+// leased is the lake's fence: an error once the term is fenced or its
+// lease has run out, when the partition may already be another
+// instance's.
+func (t *term) leased() error {
+	if t.fenced.Load() || time.Now().UnixNano() > t.lease.Load() {
+		return errFenced
+	}
+	return nil
+}
+
+// closeLake closes the term's lake series within ctx (bounded by the
+// lease: the fence stops what would come after).
+func (t *term) closeLake(ctx context.Context) {
+	f := t.lake
+	if f == nil {
+		return
+	}
+	t.lake = nil
+	ctx, cancel := context.WithDeadline(ctx, time.Unix(0, t.lease.Load()))
+	defer cancel()
+	if err := t.p.env.mkt.CloseLake(ctx, f); err != nil && !t.fenced.Load() {
+		t.p.env.log.Warn("lake: rows left staged for the partition's next owner", "partition", t.p.n, "err", err)
+	}
 }
 
 // Load claims the partition's checkpoint record for this term (the next

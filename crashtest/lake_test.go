@@ -1,0 +1,92 @@
+package crashtest
+
+import (
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	"github.com/km0/edgeproc/config"
+	"github.com/km0/edgeproc/engine"
+	"github.com/km0/edgeproc/internal/testenv"
+	"github.com/km0/edgeproc/lake"
+	"github.com/km0/edgeproc/market"
+	"github.com/km0/edgeproc/result"
+)
+
+// lakeKey is what the lake must hold of an accepted position, arrival
+// left out (the live run's clock is not the reference's); with flags,
+// the engine's late judgement too.
+func lakeKey(courier string, ts int64, lat, lon, acc float64, hasAcc, lateD, lateS, flags bool) string {
+	k := fmt.Sprintf("%s|%d|%v|%v|%v|%v", courier, ts, lat, lon, hasAcc, acc)
+	if flags {
+		k += fmt.Sprintf("|late=%v/%v", lateD, lateS)
+	}
+	return k
+}
+
+// expectedLake is the lake of the reference run (expected's): each
+// accepted position once, keyed by lakeKey.
+func expectedLake(tb testing.TB, cfg config.Config, msgs []testenv.Message, flags bool) map[string]int {
+	tb.Helper()
+	ecfg := market.EngineConfig(cfg)
+	ecfg.Topic = cfg.MQTT.Topic
+	want := map[string]int{}
+	ecfg.OnRows = func(rows []engine.Row) {
+		for _, r := range rows {
+			want[lakeKey(r.Courier, r.TS, r.Lat, r.Lon, max(r.Accuracy, 0), r.Accuracy >= 0, r.LateDistance, r.LateSession, flags)]++
+		}
+	}
+	pushAsLive(engine.New(ecfg, func([]result.Record) {}), msgs)
+	return want
+}
+
+// checkLake requires the market's lake, as readers see it, to hold
+// exactly the reference run's rows: each accepted position once, in its
+// date's folder, nothing else; and no staging left after a clean stop.
+func checkLake(tb testing.TB, cfg config.Config, want map[string]int, flags bool) {
+	tb.Helper()
+	files, err := lake.Files(lake.MarketDir(cfg.Lake.Dir, cfg.Market))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	got := map[string]int{}
+	rows, wrongDate := 0, 0
+	for _, f := range files {
+		date := filepath.Base(filepath.Dir(f))
+		err := lake.ReadFile(f, func(r *lake.Row) error {
+			rows++
+			if "date="+lake.DateOf(r.TimestampMs, cfg.Location()) != date {
+				wrongDate++
+			}
+			got[lakeKey(string(r.Courier), r.TimestampMs, r.Lat, r.Lon, r.AccuracyM, r.HasAccuracy, r.LateDistance, r.LateSession, flags)]++
+			return nil
+		})
+		if err != nil {
+			tb.Fatal(err)
+		}
+	}
+	var diffs []string
+	for k, n := range want {
+		if got[k] != n {
+			diffs = append(diffs, fmt.Sprintf("lake row %s: %d times, want %d", k, got[k], n))
+		}
+	}
+	for k, n := range got {
+		if _, ok := want[k]; !ok {
+			diffs = append(diffs, fmt.Sprintf("lake row %s: %d times, not in the reference run", k, n))
+		}
+	}
+	tb.Logf("lake: %d rows in %d files, %d distinct positions wanted", rows, len(files), len(want))
+	if wrongDate > 0 {
+		tb.Errorf("%d lake rows in another date's folder", wrongDate)
+	}
+	if len(diffs) > 0 {
+		tb.Errorf("%d lake differences; first ones:", len(diffs))
+		for _, d := range diffs[:min(15, len(diffs))] {
+			tb.Errorf("  %s", d)
+		}
+	}
+	if segs, _ := filepath.Glob(filepath.Join(lake.StagingDir(cfg.Lake.Dir, cfg.Market), "*")); len(segs) > 0 {
+		tb.Errorf("staging left after a clean stop: %v", segs)
+	}
+}
