@@ -125,10 +125,28 @@ type Config struct {
 	OnSide func(courier string, ts int64, outside bool)
 }
 
-// Input is one arrived message.
+// Input is one arrived message: a payload to decode, or a position
+// already decoded (Position).
 type Input struct {
 	Payload []byte // not retained after Push returns
 	Topic   string
+	// Position, when not nil, is the input already decoded — a lake's row
+	// replayed — and Push does not decode Payload: *Position is taken as
+	// what the market's decoder gives for the payload, accepted
+	// (position.OK). The caller vouches for that: every rule of contract
+	// §2 that reads the payload alone (courier, ranges, accuracy) must
+	// hold, and values must be exactly the decoder's (a -0 coordinate is
+	// 0, accuracy_m not usable is -1, Arrival and HasArrival as for a
+	// replay line). What needs the engine applies as to any input: the
+	// topic, max_future_skew, the courier limit. Not retained after Push
+	// returns.
+	Position *position.Position
+	// AppendPayload, with Position, appends to dst the payload Position
+	// was decoded from (or one that decodes to it): the raw of the input's
+	// rejected record, were it rejected (courier_mismatch,
+	// future_timestamp, courier_limit). It is called only then. nil:
+	// Payload is the raw.
+	AppendPayload func(dst []byte) []byte
 	// Arrival is the processing time in ms (the live clock, or a WAL
 	// record's). Without it, a replay line's own arrival_ms is used.
 	Arrival    int64
@@ -289,7 +307,7 @@ func (e *Engine) Push(in *Input) {
 		c.recs = append(c.recs, result.Record{
 			Type: result.Rejected, Market: e.cfg.Market, EmittedAt: now,
 			Order:  result.Order{Seq: seq},
-			Reason: reason.String(), Field: p.Missing, Raw: append([]byte(nil), result.TruncateRaw(in.Payload)...), Line: in.Line,
+			Reason: reason.String(), Field: p.Missing, Raw: rawOf(in), Line: in.Line,
 		})
 		if reason == position.CourierLimit {
 			// Its timestamp still tells the time: a full table of silent
@@ -378,8 +396,23 @@ func (e *Engine) clock(c *chunk, seq, now int64) {
 	}
 }
 
-// decode reads in's payload in the market's format (contract §2).
+// rawOf is what in's rejected record carries: its payload, truncated
+// (result.TruncateRaw), in a slice of its own.
+func rawOf(in *Input) []byte {
+	raw := in.Payload
+	if in.Position != nil && in.AppendPayload != nil {
+		raw = in.AppendPayload(nil)
+	}
+	return append([]byte(nil), result.TruncateRaw(raw)...)
+}
+
+// decode reads in's payload in the market's format (contract §2), or
+// takes its Position as decoded.
 func (e *Engine) decode(in *Input, p *position.Position) position.Reason {
+	if in.Position != nil {
+		*p = *in.Position
+		return position.OK
+	}
 	if e.cfg.Format == position.FormatOwnTracks {
 		return e.dec.DecodeOwnTracks(in.Payload, in.Topic, e.cfg.Topic, e.cfg.CourierLevel, p)
 	}

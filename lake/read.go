@@ -156,26 +156,11 @@ func (f *File) scanArrivals(fn func(vs []int64)) error {
 				pages.Close()
 				return fmt.Errorf("read %s: %w", f.Path, err)
 			}
-			if p.NumNulls() > 0 {
+			err = scanPage(p, buf, fn, &total)
+			parquet.Release(p)
+			if err != nil {
 				pages.Close()
-				return fmt.Errorf("read %s: null arrival_ms", f.Path)
-			}
-			r, ok := p.Values().(parquet.Int64Reader)
-			if !ok {
-				pages.Close()
-				return fmt.Errorf("read %s: arrival_ms is not INT64", f.Path)
-			}
-			for {
-				n, err := r.ReadInt64s(buf)
-				fn(buf[:n])
-				total += int64(n)
-				if errors.Is(err, io.EOF) || n == 0 && err == nil {
-					break
-				}
-				if err != nil {
-					pages.Close()
-					return fmt.Errorf("read %s: %w", f.Path, err)
-				}
+				return fmt.Errorf("read %s: %w", f.Path, err)
 			}
 		}
 		pages.Close()
@@ -184,6 +169,29 @@ func (f *File) scanArrivals(fn func(vs []int64)) error {
 		return fmt.Errorf("read %s: %d arrival_ms values for %d rows", f.Path, total, f.pf.NumRows())
 	}
 	return nil
+}
+
+// scanPage calls fn with an arrival_ms page's values, buf's length at a
+// time, and adds their count to total.
+func scanPage(p parquet.Page, buf []int64, fn func(vs []int64), total *int64) error {
+	if p.NumNulls() > 0 {
+		return errors.New("null arrival_ms")
+	}
+	r, ok := p.Values().(parquet.Int64Reader)
+	if !ok {
+		return errors.New("arrival_ms is not INT64")
+	}
+	for {
+		n, err := r.ReadInt64s(buf)
+		fn(buf[:n])
+		*total += int64(n)
+		if errors.Is(err, io.EOF) || n == 0 && err == nil {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
 }
 
 // Rows reads rows [from, to) of a file in order, column by column (page
@@ -203,8 +211,11 @@ type Rows struct {
 // column reads one column chunk's values, a page at a time: through
 // the page's typed reader when it has one (plain INT64, DOUBLE and
 // BOOLEAN pages), else as parquet.Values (dictionary pages, nulls).
+// A page read to its end is released (parquet.Release), so that its
+// buffers serve the next pages instead of being garbage.
 type column struct {
 	pages parquet.Pages
+	page  parquet.Page // the page vals reads; nil: none
 	vals  parquet.ValueReader
 	kind  parquet.Kind
 	typed bool // the page is read into i64, f64 or bl
@@ -239,6 +250,7 @@ func (c *column) fill() error {
 				return err
 			}
 		}
+		c.release() // every value read of it is used: a value column's are copied (Rows.Next)
 		p, err := c.pages.ReadPage()
 		if err != nil {
 			if errors.Is(err, io.EOF) {
@@ -246,7 +258,7 @@ func (c *column) fill() error {
 			}
 			return err
 		}
-		c.vals = p.Values()
+		c.page, c.vals = p, p.Values()
 		c.typed = false
 		if p.NumNulls() == 0 {
 			switch c.kind {
@@ -258,6 +270,14 @@ func (c *column) fill() error {
 				_, c.typed = c.vals.(parquet.BooleanReader)
 			}
 		}
+	}
+}
+
+// release gives the column's page back, if it holds one.
+func (c *column) release() {
+	if c.page != nil {
+		parquet.Release(c.page)
+		c.page, c.vals = nil, nil
 	}
 }
 
@@ -353,7 +373,7 @@ func (rs *Rows) seek(row int64) error {
 		for i, name := range Columns {
 			leaf, _ := rs.f.pf.Schema().Lookup(name)
 			c := &rs.cols[i]
-			c.pages, c.vals, c.i, c.n = rg.ColumnChunks()[leaf.ColumnIndex].Pages(), nil, 0, 0
+			c.pages, c.i, c.n = rg.ColumnChunks()[leaf.ColumnIndex].Pages(), 0, 0
 			if row > start {
 				if err := c.pages.SeekToRow(row - start); err != nil {
 					return err
@@ -370,6 +390,7 @@ func (rs *Rows) seek(row int64) error {
 
 func (rs *Rows) closeCols() {
 	for i := range rs.cols {
+		rs.cols[i].release()
 		if rs.cols[i].pages != nil {
 			rs.cols[i].pages.Close()
 			rs.cols[i].pages = nil

@@ -8,31 +8,34 @@ import (
 
 	"github.com/km0/edgeproc/engine"
 	"github.com/km0/edgeproc/lake"
+	"github.com/km0/edgeproc/position"
 )
 
 // RunLake replays Parquet files of the lake (contract §9, replay --in a
 // lake folder): their rows, read in arrival order (lake.ReadArrivalOrder:
 // arrival_ms, ties by file name, then row), go through the engine as the
 // positions of a JSONL file with the same arrival_ms would, in that
-// order; the i-th row is line i of that file. paths are as lake.Files
-// returns them.
+// order; the i-th row is line i of that file (appendPosition). A row
+// whose line the decoder plainly accepts (plainRow) goes to the engine
+// decoded (positionOf), any other as that line, for the decoder to
+// judge. paths
+// are as lake.Files returns them.
 func RunLake(cfg engine.Config, paths []string, out io.Writer) (Summary, error) {
 	return run(cfg, out, func(push func(*engine.Input)) (int64, error) {
-		// Reading and encoding run on a goroutine of their own, a chunk
-		// of lines ahead of the engine: on two cores that takes the
-		// Parquet decoding off the engine's sequencer.
-		chunks, free := make(chan *lineChunk, 2), make(chan *lineChunk, 3)
+		// Reading runs on a goroutine of its own, a chunk of rows ahead
+		// of the engine: on two cores that takes the Parquet decoding off
+		// the engine's sequencer.
+		chunks, free := make(chan *rowChunk, 2), make(chan *rowChunk, 3)
 		for range 3 {
-			free <- &lineChunk{}
+			free <- &rowChunk{}
 		}
 		errc := make(chan error, 1)
 		go func() {
 			c := <-free
 			c.reset()
 			err := lake.ReadArrivalOrder(paths, func(r *lake.Row) error {
-				c.buf = appendPosition(c.buf, r)
-				c.ends = append(c.ends, len(c.buf))
-				if len(c.ends) == lineChunkSize {
+				c.add(r)
+				if len(c.rows) == rowChunkSize {
 					chunks <- c
 					c = <-free
 					c.reset()
@@ -44,12 +47,26 @@ func RunLake(cfg engine.Config, paths []string, out io.Writer) (Summary, error) 
 			errc <- err
 		}()
 		var n int64
+		var p position.Position
+		var cur *lake.Row // the row pushed decoded, for its rejected record
+		decoded := engine.Input{Position: &p, AppendPayload: func(dst []byte) []byte { return appendPosition(dst, cur) }}
+		var line engine.Input
 		for c := range chunks {
-			start := 0
-			for _, end := range c.ends {
+			name, ln := 0, 0
+			for i := range c.rows {
 				n++
-				push(&engine.Input{Payload: c.buf[start:end], Line: n})
-				start = end
+				r := &c.rows[i]
+				r.Courier = c.names[name:c.nameEnds[i]]
+				name = c.nameEnds[i]
+				if end := c.lineEnds[i]; end > ln {
+					line = engine.Input{Payload: c.lines[ln:end], Line: n}
+					ln = end
+					push(&line)
+					continue
+				}
+				positionOf(r, &p)
+				cur, decoded.Line = r, n
+				push(&decoded)
 			}
 			free <- c
 		}
@@ -57,16 +74,74 @@ func RunLake(cfg engine.Config, paths []string, out io.Writer) (Summary, error) 
 	})
 }
 
-// lineChunkSize is how many positions a lineChunk carries.
-const lineChunkSize = 4096
+// rowChunkSize is how many rows a rowChunk carries.
+const rowChunkSize = 4096
 
-// lineChunk is positions encoded as replay lines, back to back.
-type lineChunk struct {
-	buf  []byte
-	ends []int
+// rowChunk is rows read ahead of the engine: their couriers back to back
+// in names, and for a row that does not go decoded (not a plainRow), its
+// line in lines.
+type rowChunk struct {
+	rows     []lake.Row // Courier nil: names[nameEnds[i-1]:nameEnds[i]]
+	names    []byte
+	nameEnds []int
+	lines    []byte
+	lineEnds []int // the end of the row's line in lines; no line: the previous row's end
 }
 
-func (c *lineChunk) reset() { c.buf, c.ends = c.buf[:0], c.ends[:0] }
+func (c *rowChunk) reset() {
+	c.rows, c.names, c.nameEnds, c.lines, c.lineEnds = c.rows[:0], c.names[:0], c.nameEnds[:0], c.lines[:0], c.lineEnds[:0]
+}
+
+// add appends r, and its line unless it is a plainRow (to go decoded).
+func (c *rowChunk) add(r *lake.Row) {
+	if !plainRow(r) {
+		c.lines = appendPosition(c.lines, r)
+	}
+	c.lineEnds = append(c.lineEnds, len(c.lines))
+	c.names = append(c.names, r.Courier...)
+	c.nameEnds = append(c.nameEnds, len(c.names))
+	c.rows = append(c.rows, *r)
+	c.rows[len(c.rows)-1].Courier = nil
+}
+
+// plainRow reports whether the decoder would accept r's line
+// (appendPosition) as a position with r's values, as positionOf gives
+// them.
+//
+// It is a sufficient condition, not the contract's rules: whatever it
+// refuses (a courier id, coordinates or timestamp_ms the decoder would
+// reject: nothing the lake's writer writes) goes to the engine as its
+// line, and the decoder decides. TestPlainRow_AgreesWithDecoder holds it
+// to that.
+func plainRow(r *lake.Row) bool {
+	return position.ValidCourier(r.Courier) && r.Lat >= -90 && r.Lat <= 90 && r.Lon >= -180 && r.Lon <= 180 &&
+		r.TimestampMs > 0 && r.TimestampMs <= position.MaxTimestamp
+}
+
+// positionOf sets p to what the decoder gives for the line of r, a
+// plainRow: the line's arrival_ms, a -0 coordinate as 0, accuracy_m
+// left out of the line as -1.
+func positionOf(r *lake.Row, p *position.Position) {
+	*p = position.Position{Courier: r.Courier, Lat: r.Lat, Lon: r.Lon, TS: r.TimestampMs, Accuracy: -1, Arrival: r.ArrivalMs, HasArrival: true}
+	if p.Lat == 0 {
+		p.Lat = 0 // not -0: the line says 0
+	}
+	if p.Lon == 0 {
+		p.Lon = 0
+	}
+	if hasAccuracy(r) {
+		p.Accuracy = r.AccuracyM
+		if p.Accuracy == 0 {
+			p.Accuracy = 0
+		}
+	}
+}
+
+// hasAccuracy reports whether r's line carries accuracy_m: r has one
+// the contract does not ignore, a finite number >= 0.
+func hasAccuracy(r *lake.Row) bool {
+	return r.HasAccuracy && r.AccuracyM >= 0 && !math.IsInf(r.AccuracyM, 0)
+}
 
 // appendPosition appends r as the contract's JSON object (§2) with its
 // arrival_ms: one line of a replay file. Numbers are written in the
@@ -81,7 +156,7 @@ func appendPosition(dst []byte, r *lake.Row) []byte {
 	dst = appendFloat(dst, r.Lon)
 	dst = append(dst, `,"timestamp_ms":`...)
 	dst = strconv.AppendInt(dst, r.TimestampMs, 10)
-	if r.HasAccuracy && r.AccuracyM >= 0 && !math.IsInf(r.AccuracyM, 0) {
+	if hasAccuracy(r) {
 		dst = append(dst, `,"accuracy_m":`...)
 		dst = appendFloat(dst, r.AccuracyM)
 	}

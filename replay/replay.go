@@ -82,8 +82,10 @@ func (s Summary) String() string {
 // record, in the engine's deterministic order, as JSON lines to out.
 func Run(cfg engine.Config, in io.Reader, out io.Writer) (Summary, error) {
 	return run(cfg, out, func(push func(*engine.Input)) (int64, error) {
+		var input engine.Input // one for every line: push's argument escapes
 		return readLines(in, func(line []byte, n int64) {
-			push(&engine.Input{Payload: line, Line: n})
+			input = engine.Input{Payload: line, Line: n}
+			push(&input)
 		})
 	})
 }
