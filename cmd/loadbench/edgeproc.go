@@ -44,10 +44,12 @@ func startNATS(dir string) (*server.Server, error) {
 }
 
 // windowSettings are the event-time settings written to edgeproc's config,
-// and the WAL's group-commit interval (0: edgeproc's default).
+// the WAL's group-commit interval (0: edgeproc's default), and whether it
+// writes the lake (into the run's temp dir, rolling every 20 s).
 type windowSettings struct {
 	Size, Slide, Gap, ToleratedDelay time.Duration
 	WALBatchInterval                 time.Duration
+	Lake                             bool
 }
 
 // edgeprocConfig renders the market's YAML. Everything not set here keeps
@@ -58,6 +60,12 @@ func edgeprocConfig(mqttURL, natsURL, stateDir, listen string, w windowSettings)
 	wal := ""
 	if w.WALBatchInterval > 0 {
 		wal = fmt.Sprintf("\n  wal_batch_interval: %s", w.WALBatchInterval)
+	}
+	lake := ""
+	if w.Lake {
+		// Rolls every 20 s rather than 10 min: a step then pays for its
+		// Parquet files, not only for the staging.
+		lake = fmt.Sprintf("lake:\n  dir: %s\n  roll_interval: 20s\n", filepath.Join(filepath.Dir(stateDir), "lake"))
 	}
 	return fmt.Sprintf(`market: %s
 mqtt:
@@ -75,7 +83,7 @@ state:
 http:
   listen: %s
   pprof: true
-`, market, mqttURL, natsURL, w.Size, w.Slide, w.Gap, w.ToleratedDelay, stateDir, wal, listen)
+%s`, market, mqttURL, natsURL, w.Size, w.Slide, w.Gap, w.ToleratedDelay, stateDir, wal, listen, lake)
 }
 
 // edgeprocProc is `edgeproc run` as a child process.

@@ -99,6 +99,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.Windows.Gap, "gap", 3*time.Minute, "windows.gap")
 	fs.DurationVar(&o.Windows.ToleratedDelay, "tolerated-delay", 2*time.Second, "windows.tolerated_delay (short, so that windows close within a step)")
 	fs.DurationVar(&o.Windows.WALBatchInterval, "wal-batch-interval", 0, "state.wal_batch_interval of edgeproc's config; 0 = its default")
+	fs.BoolVar(&o.Windows.Lake, "lake", false, "edgeproc writes the lake (lake.dir in the temp dir, roll_interval 20s so that a step pays for its Parquet files)")
 	fs.IntVar(&o.GOMAXPROCS, "gomaxprocs", 0, "run edgeproc with GOMAXPROCS=`N` in its environment (deploy/systemd's unit sets 1); 0 = Go's default")
 	fs.StringVar(&o.GOMEMLIMIT, "gomemlimit", "", "run edgeproc with GOMEMLIMIT=`LIMIT` in its environment (e.g. 500MiB: the garbage collector's soft limit); empty = none")
 	fs.DurationVar(&o.Interval, "interval", 5*time.Second, "a courier's position interval; couriers = rate × interval keeps event time on the clock")
