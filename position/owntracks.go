@@ -116,7 +116,9 @@ const MaxTst = MaxTimestamp / 1000
 //
 // A location's lat and lon are read as Decode reads them; tst, an integer
 // number of seconds in (0, MaxTst], gives p.TS = tst × 1000; acc, when a
-// finite number >= 0, is p.Accuracy. Every other member is ignored.
+// finite number >= 0, is p.Accuracy. Every other member is ignored. The
+// courier, lat, lon and p.TS are then held to Check, as in Decode, and
+// p is as Decode leaves it on rejection.
 //
 // The courier is a level of the topic: the one matched by '+' number
 // level (0-based: 0 is USER in owntracks/+/+, 1 is DEVICE) of the
@@ -176,27 +178,20 @@ func (d *Decoder) DecodeOwnTracks(payload []byte, topic, filter string, level in
 	} else if tv := d.payloadTopic(f[fieldTopic].of(payload)); tv != nil {
 		c, ok = TopicLevel(filter, tv, level)
 	}
-	if !ok || !ValidCourier(c) {
-		return BadCourier
+	if ok {
+		p.Courier = c
 	}
-	p.Courier = c
-
-	if p.Lat, ok = parseFinite(f[fieldLat].of(payload)); !ok || p.Lat < -90 || p.Lat > 90 {
-		return BadCoordinates
+	p.Lat = coordinate(f[fieldLat].of(payload))
+	p.Lon = coordinate(f[fieldLon].of(payload))
+	if tst := f[fieldTst].of(payload); isNumber(tst) {
+		if s, ok := parseInt(tst); ok && s > 0 && s <= MaxTst {
+			p.TS = s * 1000 // else 0, which Check refuses
+		}
 	}
-	if p.Lon, ok = parseFinite(f[fieldLon].of(payload)); !ok || p.Lon < -180 || p.Lon > 180 {
-		return BadCoordinates
+	if r := Check(p); r != OK {
+		rejected(p)
+		return r
 	}
-
-	tst := f[fieldTst].of(payload)
-	if !isNumber(tst) {
-		return BadTimestamp
-	}
-	s, ok := parseInt(tst)
-	if !ok || s <= 0 || s > MaxTst {
-		return BadTimestamp
-	}
-	p.TS = s * 1000
 
 	if a, ok := parseFinite(f[fieldAcc].of(payload)); ok && a >= 0 {
 		p.Accuracy = a

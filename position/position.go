@@ -21,7 +21,10 @@
 // Keys are compared after unescaping, so "\u0063ourier" is "courier".
 package position
 
-import "strconv"
+import (
+	"math"
+	"strconv"
+)
 
 // MaxPayload is the largest accepted payload, in bytes (4 KiB). A payload
 // of exactly MaxPayload bytes is accepted; a larger one is TooLarge.
@@ -135,12 +138,15 @@ type Decoder struct {
 
 // Decode fills p from payload and returns OK or the first rejection reason,
 // checked in the contract's order: TooLarge, MalformedJSON, MissingField,
-// BadCourier, BadCoordinates, BadTimestamp. CourierMismatch and
+// BadCourier, BadCoordinates, BadTimestamp. The last three are Check's,
+// on the values the payload's fields give (a field of the wrong type, or
+// one that does not parse, fails its rule). CourierMismatch and
 // FutureTimestamp need context the payload does not have: see CheckTopic.
 //
 // p is always reset first. On rejection, only p.HasArrival and p.Arrival
-// are meaningful (see Position.HasArrival), and p.Missing on MissingField. Decode never panics. It does
-// not allocate, except to parse an unusual number literal longer than 32
+// are set (see Position.HasArrival), and p.Missing on MissingField; the
+// other fields are zero, Accuracy -1. Decode never panics. It does not
+// allocate, except to parse an unusual number literal longer than 32
 // bytes with more than 15 significant digits.
 func (d *Decoder) Decode(payload []byte, p *Position) Reason {
 	*p = Position{Accuracy: -1}
@@ -162,43 +168,83 @@ func (d *Decoder) Decode(payload []byte, p *Position) Reason {
 		}
 	}
 
-	c := f[fieldCourier].of(payload)
-	if c[0] != '"' {
-		return BadCourier
+	p.Courier = d.courierOf(f[fieldCourier].of(payload))
+	p.Lat = coordinate(f[fieldLat].of(payload))
+	p.Lon = coordinate(f[fieldLon].of(payload))
+	if ts := f[fieldTS].of(payload); isNumber(ts) {
+		p.TS, _ = parseInt(ts) // 0, which Check refuses, when not an int64 literal
 	}
-	c = c[1 : len(c)-1]
-	if hasBackslash(c) {
-		n, ok := unescapeASCII(d.courier[:], c)
-		if !ok {
-			return BadCourier
-		}
-		c = d.courier[:n]
-	}
-	if !ValidCourier(c) {
-		return BadCourier
-	}
-	p.Courier = c
-
-	var ok bool
-	if p.Lat, ok = parseFinite(f[fieldLat].of(payload)); !ok || p.Lat < -90 || p.Lat > 90 {
-		return BadCoordinates
-	}
-	if p.Lon, ok = parseFinite(f[fieldLon].of(payload)); !ok || p.Lon < -180 || p.Lon > 180 {
-		return BadCoordinates
-	}
-
-	ts := f[fieldTS].of(payload)
-	if !isNumber(ts) {
-		return BadTimestamp
-	}
-	if p.TS, ok = parseInt(ts); !ok || p.TS <= 0 || p.TS > MaxTimestamp {
-		return BadTimestamp
+	if r := Check(p); r != OK {
+		rejected(p)
+		return r
 	}
 
 	if a, ok := parseFinite(f[fieldAccuracy].of(payload)); ok && a >= 0 {
 		p.Accuracy = a
 	}
 	return OK
+}
+
+// Check returns the first of the contract's field rules (§2) that p's
+// values break, in the contract's order, or OK:
+//
+//   - BadCourier: p.Courier is not 1–64 chars of [A-Za-z0-9._:-]
+//     (ValidCourier);
+//   - BadCoordinates: p.Lat is not in [-90, 90] or p.Lon not in
+//     [-180, 180] (NaN and ±Inf are in neither);
+//   - BadTimestamp: p.TS is not in (0, MaxTimestamp].
+//
+// It reads nothing else of p. Decode and DecodeOwnTracks apply it to
+// the values they read, so values from elsewhere (a lake's row) that
+// Check accepts are values Decode accepts from a payload that carries
+// them, and those it refuses are refused for the same reason. It does
+// not allocate.
+func Check(p *Position) Reason {
+	if !ValidCourier(p.Courier) {
+		return BadCourier
+	}
+	if !(p.Lat >= -90 && p.Lat <= 90 && p.Lon >= -180 && p.Lon <= 180) {
+		return BadCoordinates
+	}
+	if p.TS <= 0 || p.TS > MaxTimestamp {
+		return BadTimestamp
+	}
+	return OK
+}
+
+// coordinate is v, a validated JSON value, as a coordinate for Check: its
+// value when it is a finite number, else NaN (in no range).
+func coordinate(v []byte) float64 {
+	f, ok := parseFinite(v)
+	if !ok {
+		return math.NaN()
+	}
+	return f
+}
+
+// courierOf is v, a validated JSON value, as a courier id for Check: a
+// string's contents, unescaped (into d.courier) when it has escapes. It
+// is nil, which Check refuses, when v is not a string, or has escapes and
+// unescaped is not ASCII or longer than a courier id may be.
+func (d *Decoder) courierOf(v []byte) []byte {
+	if len(v) == 0 || v[0] != '"' {
+		return nil
+	}
+	c := v[1 : len(v)-1]
+	if hasBackslash(c) {
+		n, ok := unescapeASCII(d.courier[:], c)
+		if !ok {
+			return nil
+		}
+		c = d.courier[:n]
+	}
+	return c
+}
+
+// rejected clears what p holds besides the arrival fields, for a
+// rejection by Check.
+func rejected(p *Position) {
+	*p = Position{Accuracy: -1, Arrival: p.Arrival, HasArrival: p.HasArrival}
 }
 
 // readArrival sets p's arrival fields from an integer arrival_ms.

@@ -104,18 +104,16 @@ func (c *rowChunk) add(r *lake.Row) {
 	c.rows[len(c.rows)-1].Courier = nil
 }
 
-// plainRow reports whether the decoder would accept r's line
+// plainRow reports whether the decoder accepts r's line
 // (appendPosition) as a position with r's values, as positionOf gives
-// them.
-//
-// It is a sufficient condition, not the contract's rules: whatever it
-// refuses (a courier id, coordinates or timestamp_ms the decoder would
-// reject: nothing the lake's writer writes) goes to the engine as its
-// line, and the decoder decides. TestPlainRow_AgreesWithDecoder holds it
-// to that.
+// them: whether r's values pass the decoder's own field rules
+// (position.Check). The line carries exactly those values (a float64 is
+// written in a form that parses back to it, a valid courier id as it
+// is), so the decoder rejects the line of any other row: it goes to the
+// engine as its line, and the decoder says why (nothing the lake's
+// writer writes). TestPlainRow_AgreesWithDecoder holds it to that.
 func plainRow(r *lake.Row) bool {
-	return position.ValidCourier(r.Courier) && r.Lat >= -90 && r.Lat <= 90 && r.Lon >= -180 && r.Lon <= 180 &&
-		r.TimestampMs > 0 && r.TimestampMs <= position.MaxTimestamp
+	return position.Check(&position.Position{Courier: r.Courier, Lat: r.Lat, Lon: r.Lon, TS: r.TimestampMs}) == position.OK
 }
 
 // positionOf sets p to what the decoder gives for the line of r, a

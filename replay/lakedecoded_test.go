@@ -59,8 +59,9 @@ func randomRow(r *rand.Rand) lake.Row {
 }
 
 // TestPlainRow_AgreesWithDecoder: every plainRow, the
-// decoder accepts as its line, with positionOf's values bit for bit;
-// and a row the lake's writer writes of a phone's position is one.
+// decoder accepts as its line, with positionOf's values bit for bit,
+// and the line of every other row it rejects; a row the lake's writer
+// writes of a phone's position is one.
 func TestPlainRow_AgreesWithDecoder(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	var d position.Decoder
@@ -71,6 +72,9 @@ func TestPlainRow_AgreesWithDecoder(t *testing.T) {
 		reason := d.Decode(appendPosition(nil, &row), &want)
 		if !plainRow(&row) {
 			refused++
+			if reason == position.OK {
+				t.Fatalf("row %+v refused, but its line %s is a position", row, appendPosition(nil, &row))
+			}
 			continue
 		}
 		positionOf(&row, &got)
