@@ -134,8 +134,7 @@ type Input struct {
 	// replayed — and Push does not decode Payload: *Position is taken as
 	// what the market's decoder gives for the payload, accepted
 	// (position.OK). The caller vouches for that: every rule of contract
-	// §2 that reads the payload alone (courier, ranges, accuracy) must
-	// hold, and values must be exactly the decoder's (a -0 coordinate is
+	// §2 that reads the payload alone must hold (position.Check), and values must be exactly the decoder's (a -0 coordinate is
 	// 0, accuracy_m not usable is -1, Arrival and HasArrival as for a
 	// replay line). What needs the engine applies as to any input: the
 	// topic, max_future_skew, the courier limit. Not retained after Push
