@@ -22,17 +22,16 @@ import (
 
 // The relay (jetstream.ingest: mqtt) is the positions' way into the
 // stream when the couriers' phones publish to the market's own MQTT
-// broker: every instance subscribes under a persistent session of its
-// own, stores each position in its partition's subject and acks it to
-// the broker only once the stream has acked it (contract §8:
-// acknowledged only once durable). Every instance stores every position,
-// under the same message id (a hash of topic and payload), and the
-// stream's duplicate window keeps one copy: so a position reaches the
-// stream while any instance is up, and one an instance had not acked when
-// it stopped is stored when it is back, if no other did. A shared
-// subscription ($share/…) would hand each position to one instance only,
-// but Mosquitto 2.0 drops what is published to a shared subscription
-// after a broker restart and before an instance resubscribes
+// broker: the one instance holding the relay lease (lease.go) subscribes
+// under the market's persistent session, stores each position in its
+// partition's subject, in receive order, and acks it to the broker only
+// once the stream has acked it (contract §8: acknowledged only once
+// durable). A position's message id is a hash of topic and payload, so
+// one a successor receives again (the former relay stored it, and lost
+// its lease before the ack) is dropped by the stream's duplicate window.
+// A shared subscription ($share/…) would spread the positions over the
+// instances, but Mosquitto 2.0 drops what is published to a shared
+// subscription after a broker restart and before an instance resubscribes
 // (TestRelay_BrokerOutageIsNotSilence lost 280 of 560 positions with one),
 // while it keeps a plain persistent subscription's queue. A position
 // whose store fails (the stream without a leader while a node is lost) is
@@ -41,7 +40,8 @@ import (
 // partition(N, courier) gives, so the relay and the MQTT gateway put a
 // courier in the same partition.
 
-// relay is one instance's share of the market's MQTT subscription.
+// relay is the market's MQTT subscription, on the instance holding the
+// relay lease: one per lease term.
 type relay struct {
 	r   *Runner
 	log *slog.Logger
@@ -59,8 +59,15 @@ type relay struct {
 	pending chan relayed
 	acking  sync.WaitGroup // the acks goroutine
 
+	counts *relayCounts // the lease's: every term's
+	ctx    context.Context
+	cancel context.CancelFunc // ends ctx: the relay stops
+}
+
+// relayCounts are the relay's figures, over every lease term of an
+// instance.
+type relayCounts struct {
 	stored, retries atomic.Uint64
-	ctx             context.Context
 }
 
 // relayed is a position on its way to the stream.
@@ -74,19 +81,18 @@ func newRelay(r *Runner) *relay {
 	base := strings.TrimSuffix(r.cfg.JetStream.Subject, "*")
 	prefix, suffix, _ := strings.Cut(base, config.PartitionToken)
 	return &relay{
-		r: r, log: r.log.With("ingest", "mqtt"), prefix: prefix, suffix: suffix,
+		r: r, log: r.log.With("ingest", "mqtt"), prefix: prefix, suffix: suffix, counts: &r.lease.counts,
 		pending: make(chan relayed, mqtt.DefaultReceiveMaximum),
 	}
 }
 
-// relayConfig is the instance's MQTT session: the market's broker and
-// topic under a persistent session of its own (client id
-// CLIENT_ID-INSTANCE), so what the broker kept for it while it was away,
-// or handed it and got no ack for, comes to it when it is back.
-func relayConfig(cfg config.Config, inst string) mqtt.Config {
-	mc := market.MQTTConfig(cfg.MQTT)
-	mc.ClientID = cfg.MQTT.ClientID + "-" + inst
-	return mc
+// relayConfig is the relay's MQTT session: the market's broker and topic
+// under the market's persistent session (mqtt.client_id), whichever
+// instance holds the relay lease, so what the broker kept for the market
+// while no relay ran, or handed a former relay and got no ack for, comes
+// to the next.
+func relayConfig(cfg config.Config) mqtt.Config {
+	return market.MQTTConfig(cfg.MQTT)
 }
 
 // relayAckWait is how long a store waits for the stream's ack before it
@@ -99,9 +105,11 @@ func (l *relay) start(ctx context.Context, nc *nats.Conn) error {
 	if err != nil {
 		return err
 	}
-	l.js, l.ctx = js, ctx
+	l.js = js
+	l.ctx, l.cancel = context.WithCancel(ctx)
+	ctx = l.ctx
 	l.acking.Go(l.acks)
-	src, err := mqtt.Start(ctx, relayConfig(l.r.cfg, l.r.inst), l.log, l.handle)
+	src, err := mqtt.Start(ctx, relayConfig(l.r.cfg), l.log, l.handle)
 	if err != nil {
 		return err
 	}
@@ -141,7 +149,7 @@ func (l *relay) acks() {
 		if !l.wait(p) {
 			return
 		}
-		l.stored.Add(1)
+		l.counts.stored.Add(1)
 		p.m.Ack()
 	}
 }
@@ -159,7 +167,7 @@ func (l *relay) wait(p relayed) bool {
 				return false
 			}
 		}
-		l.retries.Add(1)
+		l.counts.retries.Add(1)
 		select {
 		case <-time.After(backoff.Delay(attempt, 50*time.Millisecond, backoff.Reconnect)):
 		case <-l.ctx.Done():
@@ -176,6 +184,9 @@ func (l *relay) wait(p relayed) bool {
 // close disconnects once acks has stopped, so the acks given get their
 // last flush; the positions not yet stored stay unacked and come back.
 func (l *relay) close(ctx context.Context) {
+	if l.cancel != nil {
+		l.cancel()
+	}
 	if src := l.src.Load(); src != nil {
 		l.acking.Wait()
 		_ = src.Close(ctx)

@@ -141,8 +141,8 @@ func TestRelay_StreamLeaderLossLosesNoAckedPosition(t *testing.T) {
 	}
 	var relayed, retries uint64
 	for _, in := range []*instance{a, b} {
-		relayed += in.r.relay.stored.Load()
-		retries += in.r.relay.retries.Load()
+		relayed += in.r.lease.counts.stored.Load()
+		retries += in.r.lease.counts.retries.Load()
 	}
 	t.Logf("%d distinct positions stored, %d stored more than once (as published); relayed %d, %d retries", len(got), twice, relayed, retries)
 	last := lastSeqs(t, nc, cfg)
@@ -150,4 +150,122 @@ func TestRelay_StreamLeaderLossLosesNoAckedPosition(t *testing.T) {
 	a.Stop()
 	b.Stop()
 	t.Logf("%d results, as the replay", equalsReplay(t, cl.URL(), cfg))
+}
+
+// TestRelay_OneRelayTakesOverInOrder: with jetstream.ingest mqtt, one of
+// two instances relays the broker (the relay lease); it is killed while
+// the fleet publishes. The other takes the lease within pin_ttl and a few
+// seconds and the market's session with it: every position the broker
+// acked is stored, none more often than published, each courier's
+// positions in the order they were published, each relayed about once
+// (not once per instance), and the results equal the per-partition
+// replay.
+func TestRelay_OneRelayTakesOverInOrder(t *testing.T) {
+	const partitions = 2
+	ns := testenv.StartNATS(t)
+	mosq := testenv.StartMosquitto(t)
+	cfg := testConfig(t, ns.URL(), partitions)
+	cfg.JetStream.Ingest = "mqtt"
+	cfg.MQTT.URL = mosq.URL()
+	a := startInstance(t, cfg, ns.Connect(t), "a", nil)
+	b := startInstance(t, cfg, ns.Connect(t), "b", nil)
+	for _, in := range []*instance{a, b} {
+		testenv.WaitFor(t, 60*time.Second, in.r.Instance()+" ready", func() bool { return in.r.NotReady() == "" })
+	}
+	relaying := func(in *instance) bool { return in.r.lease.relayReady() == "" }
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	msgs := testenv.FleetMessages("girona", 40, 10*time.Minute, 5, time.Now())
+	pub := mosq.Publisher(t, "relay-phones")
+	var victim, heir *instance
+	var killedAt time.Time
+	takeover := make(chan time.Duration, 1)
+	start := time.Now()
+	for i, m := range msgs {
+		if victim == nil && i >= len(msgs)/3 {
+			victim, heir = a, b
+			if relaying(b) {
+				victim, heir = b, a
+			}
+			if !relaying(victim) {
+				t.Fatal("neither instance relays")
+			}
+			t.Logf("kill instance %s, the relay, after %d of %d positions", victim.r.Instance(), i, len(msgs))
+			killedAt = time.Now()
+			victim.Kill()
+			go func() {
+				for !relaying(heir) {
+					time.Sleep(10 * time.Millisecond)
+				}
+				takeover <- time.Since(killedAt)
+			}()
+		}
+		if err := pub.Publish(ctx, m.Topic, m.Payload); err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+		if wait := time.Duration(i+1)*time.Second/400 - time.Since(start); wait > 0 {
+			time.Sleep(wait)
+		}
+	}
+	select {
+	case d := <-takeover:
+		t.Logf("instance %s relays %v after the kill (pin_ttl %v)", heir.r.Instance(), d.Round(time.Millisecond), cfg.JetStream.PinTTL)
+		if d > cfg.JetStream.PinTTL+5*time.Second {
+			t.Errorf("takeover after %v, want within pin_ttl %v + 5s", d, cfg.JetStream.PinTTL)
+		}
+	case <-time.After(cfg.JetStream.PinTTL + 30*time.Second):
+		t.Fatal("no instance took the relay over")
+	}
+	published := map[string]int{}
+	firstAt := map[string]int{}
+	for i, m := range msgs {
+		published[string(m.Payload)]++
+		if _, ok := firstAt[string(m.Payload)]; !ok {
+			firstAt[string(m.Payload)] = i
+		}
+	}
+	var stored []testenv.Stored
+	testenv.WaitFor(t, 2*time.Minute, "every published position in the positions stream", func() bool {
+		stored = nil
+		seen := map[string]bool{}
+		for _, m := range testenv.ReadStored(t, ns.URL(), cfg.JetStream.Stream) {
+			if m.Header.Get(TickHeader) == "" {
+				stored = append(stored, m)
+				seen[string(m.Data)] = true
+			}
+		}
+		return len(seen) == len(published)
+	})
+	got := map[string]int{}
+	lastOf := map[string]int{} // each subject's (courier's) last publish index stored so far
+	outOfOrder := 0
+	for _, m := range stored {
+		p := string(m.Data)
+		got[p]++
+		if got[p] > 1 {
+			continue
+		}
+		if i := firstAt[p]; i < lastOf[m.Subject] {
+			outOfOrder++
+		} else {
+			lastOf[m.Subject] = i
+		}
+	}
+	for p, n := range got {
+		if n > published[p] {
+			t.Errorf("stored %d times, published %d: %s", n, published[p], p)
+		}
+	}
+	if outOfOrder > 0 {
+		t.Errorf("%d positions stored after a later one of their courier", outOfOrder)
+	}
+	relayed := a.r.lease.counts.stored.Load() + b.r.lease.counts.stored.Load()
+	t.Logf("%d messages published, %d relayed (stored and acked) over both instances", len(msgs), relayed)
+	if relayed > uint64(len(msgs))+uint64(len(msgs))/10 {
+		t.Errorf("relayed %d of %d messages: more than once each", relayed, len(msgs))
+	}
+	last := lastSeqs(t, ns.Connect(t), cfg)
+	testenv.WaitFor(t, 2*time.Minute, "every partition applied to its end and recorded", func() bool { return settled(last, statuses(heir)...) })
+	heir.Stop()
+	t.Logf("%d results, as the replay", equalsReplay(t, ns.URL(), cfg))
 }

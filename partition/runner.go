@@ -5,8 +5,9 @@
 // market.Source.
 //
 // Positions reach the stream one of two ways (jetstream.ingest): by
-// default (mqtt) the instances relay the market's MQTT broker into the
-// stream, acking a phone only once the stream holds its position; with
+// default (mqtt) one instance at a time, holding the relay lease, relays
+// the market's MQTT broker into the stream, acking a phone only once the
+// stream holds its position; with
 // gateway, nats-server's MQTT gateway stores them. Either way a subject
 // mapping puts each courier in one of N partition subjects.
 // Every running instance of the market attaches, per partition, to one
@@ -120,9 +121,10 @@ type Runner struct {
 	parts []*part
 	// members holds the instances' heartbeats (balance.go).
 	members jetstream.KeyValue
-	// relay takes positions from the market's broker (jetstream.ingest:
-	// mqtt); nil with the gateway.
-	relay *relay
+	// lease runs the market's relay from its broker on this instance
+	// while it holds the relay lease (jetstream.ingest: mqtt); nil with
+	// the gateway.
+	lease *relayLease
 	ready chan struct{} // closed once set-up is done
 }
 
@@ -156,13 +158,13 @@ func New(cfg config.Config, deps Deps) (*Runner, error) {
 		},
 		deps: deps, start: time.Now(), ready: make(chan struct{}),
 	}
-	r.heard = func() bool { return r.relay == nil || r.relay.ready() == "" }
+	r.heard = func() bool { return r.lease == nil || r.lease.ready() == "" }
 	r.closed = func() bool { return r.nc.IsClosed() }
 	if cfg.JetStream.Ingest == "mqtt" {
 		if cfg.MQTT.URL == "embedded" {
 			r.cfg.MQTT.URL = deps.MQTTURL
 		}
-		r.relay = newRelay(r)
+		r.lease = newRelayLease(r)
 	}
 	for n := range cfg.JetStream.Partitions {
 		ecfg := EngineConfig(cfg, n)
@@ -188,13 +190,11 @@ func (r *Runner) Run(ctx context.Context, m *market.Market) error {
 	}
 	close(r.ready)
 	m.Running()
-	if r.relay != nil {
-		if err := r.relay.start(ctx, r.nc); err != nil {
-			return fmt.Errorf("mqtt ingest: %w", err)
-		}
-		defer r.relay.close(m.DrainContext())
-	}
 	var parts market.Stopper
+	if r.lease != nil { // started first, stopped last: the partitions drain first
+		lctx, stopLease := context.WithCancel(ctx)
+		parts.Go(func() { r.lease.run(lctx, m.DrainContext) }, stopLease)
+	}
 	for _, p := range r.parts {
 		pctx, stop := context.WithCancel(ctx)
 		parts.Go(func() { p.run(pctx) }, stop)

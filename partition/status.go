@@ -108,8 +108,8 @@ func (r *Runner) NotReady() string {
 	if !r.nc.IsConnected() {
 		return "nats: not connected"
 	}
-	if r.relay != nil {
-		if why := r.relay.ready(); why != "" {
+	if r.lease != nil {
+		if why := r.lease.ready(); why != "" {
 			return why
 		}
 	}

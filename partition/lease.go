@@ -1,0 +1,240 @@
+package partition
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// One instance of a market relays its broker at a time (jetstream.ingest
+// mqtt): each position is read from the broker and stored once, whatever
+// the number of instances, and the stream holds a partition's positions
+// in the order the broker delivered them (one reader, storing in receive
+// order), also across a NATS outage. The relay holds a lease of pin_ttl,
+// a record in the checkpoint bucket (key relayKey) that it renews every
+// pin_ttl/4 by compare-and-set; another instance takes it by compare-and-set once it
+// has run out (its until is past). The relay reads the broker under the
+// market's one client id (mqtt.client_id) and a persistent session, so a
+// successor takes over the session's queue: what the broker holds for the
+// market, and what the former relay received and had not acked (a
+// position is acked to the broker only once the stream holds it, contract
+// §8), which the successor stores again under the same message id, for
+// the positions stream's duplicate window to drop. A former relay that
+// wakes up after its lease ended is cut off twice: its renewal fails, and
+// the broker has handed its session to the successor.
+//
+// The record also says whether the relay hears its broker: an owner on
+// any instance ticks its partitions only while the positions can reach the
+// stream (contract §3, deaf is not silent; part.heard).
+
+// relayKey is the relay lease's key in the checkpoint bucket.
+const relayKey = "relay"
+
+// leasePoll is how often the lease is looked at: the relay renews it
+// every pin_ttl/4, and at once when it starts or stops hearing its
+// broker; the other instances read it, to know whether the relay hears
+// and to take the lease once it has run out.
+const leasePoll = 200 * time.Millisecond
+
+// leaseRecord is the relay lease as stored.
+type leaseRecord struct {
+	Instance string `json:"instance"`
+	UntilMs  int64  `json:"until_ms"` // unrenewed by then, it may be taken
+	Hearing  bool   `json:"hearing"`  // the relay hears its broker
+}
+
+// relayLease runs the relay on this instance while it holds the lease,
+// and tells every owner whether the market's relay hears its broker.
+type relayLease struct {
+	r   *Runner
+	ttl time.Duration
+
+	rev uint64 // the record's revision this instance wrote last while relaying; 0: not the relay
+
+	mu    sync.Mutex
+	seen  leaseRecord // the record as last read or written
+	relay *relay      // the running relay while this instance holds the lease
+
+	terms  atomic.Uint64 // leases taken, for tests
+	counts relayCounts
+}
+
+func newRelayLease(r *Runner) *relayLease {
+	return &relayLease{r: r, ttl: r.cfg.JetStream.PinTTL}
+}
+
+// run takes, renews and gives up the lease until ctx ends, then stops the
+// relay (its acks given their last flush within drain) and gives the
+// lease up, so that a successor takes over at once.
+func (l *relayLease) run(ctx context.Context, drain func() context.Context) {
+	t := time.NewTicker(leasePoll)
+	defer t.Stop()
+	for {
+		l.step(ctx)
+		select {
+		case <-ctx.Done():
+			l.resign(drain())
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// step renews the lease if this instance holds it, or takes it if it has
+// run out; it starts or stops the relay accordingly.
+func (l *relayLease) step(ctx context.Context) {
+	kv := l.r.store.kv
+	cctx, cancel := context.WithTimeout(ctx, l.ttl/2)
+	defer cancel()
+	now := time.Now()
+	if l.rev != 0 {
+		held := l.held()
+		if now.UnixMilli() >= held.UntilMs {
+			l.lose("the lease ran out before it was renewed")
+			return
+		}
+		hearing := l.relayReady() == ""
+		if hearing == held.Hearing && now.Add(l.ttl-l.ttl/4).UnixMilli() < held.UntilMs {
+			return // renewed less than ttl/4 ago, and the owners know whether it hears
+		}
+		rec := leaseRecord{Instance: l.r.inst, UntilMs: now.Add(l.ttl).UnixMilli(), Hearing: hearing}
+		rev, err := kv.Update(cctx, relayKey, mustJSON(rec), l.rev)
+		switch {
+		case err == nil:
+			l.rev = rev
+			l.set(rec)
+		case errors.Is(err, jetstream.ErrKeyRevisionMismatch):
+			l.lose("another instance took the lease")
+		default:
+			l.r.log.Warn("relay lease not renewed; retrying", "err", err)
+		}
+		return
+	}
+	e, err := kv.Get(cctx, relayKey)
+	var rec leaseRecord
+	var rev uint64
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+	case err != nil:
+		return
+	default:
+		if json.Unmarshal(e.Value(), &rec) != nil {
+			rec = leaseRecord{} // unreadable: taken like an ended one
+		}
+		rev = e.Revision()
+		l.set(rec)
+		if now.UnixMilli() < rec.UntilMs {
+			return // another instance relays
+		}
+	}
+	mine := leaseRecord{Instance: l.r.inst, UntilMs: now.Add(l.ttl).UnixMilli()}
+	newRev, err := kv.Update(cctx, relayKey, mustJSON(mine), rev)
+	if err != nil {
+		return // another instance was faster, or NATS is away: try again
+	}
+	l.rev = newRev
+	l.set(mine)
+	l.terms.Add(1)
+	rl := newRelay(l.r)
+	if err := rl.start(ctx, l.r.nc); err != nil {
+		l.r.log.Error("relay not started; giving the lease up", "err", err)
+		rl.close(ctx)
+		l.resign(ctx)
+		return
+	}
+	l.mu.Lock()
+	l.relay = rl
+	l.mu.Unlock()
+	l.r.log.Info("relaying the market's broker", "client_id", l.r.cfg.MQTT.ClientID, "lease", l.ttl)
+}
+
+// lose stops the relay of a lease this instance no longer holds: what it
+// received and had not acked, the broker hands to the successor.
+func (l *relayLease) lose(why string) {
+	l.r.log.Warn("relay lease lost; the relay stops", "why", why)
+	l.rev = 0
+	cut, cancel := context.WithCancel(context.Background())
+	cancel()
+	l.stopRelay(cut)
+}
+
+// resign stops the relay (its acks flushed within ctx) and ends the
+// lease at once, for a successor to take it without waiting for it to
+// run out.
+func (l *relayLease) resign(ctx context.Context) {
+	l.stopRelay(ctx)
+	if l.rev == 0 {
+		return
+	}
+	rec := leaseRecord{Instance: l.r.inst}
+	if _, err := l.r.store.kv.Update(ctx, relayKey, mustJSON(rec), l.rev); err == nil {
+		l.set(rec)
+	}
+	l.rev = 0
+}
+
+func (l *relayLease) stopRelay(ctx context.Context) {
+	l.mu.Lock()
+	rl := l.relay
+	l.relay = nil
+	l.mu.Unlock()
+	if rl != nil {
+		rl.close(ctx)
+	}
+}
+
+func (l *relayLease) set(rec leaseRecord) {
+	l.mu.Lock()
+	l.seen = rec
+	l.mu.Unlock()
+}
+
+func (l *relayLease) held() leaseRecord {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.seen
+}
+
+// relayReady is the running relay's readiness, or why there is none.
+func (l *relayLease) relayReady() string {
+	l.mu.Lock()
+	rl := l.relay
+	l.mu.Unlock()
+	if rl == nil {
+		return "mqtt: not relaying"
+	}
+	return rl.ready()
+}
+
+// ready says why the market's positions cannot reach the stream now, or
+// "": this instance's relay hears its broker, or another instance's
+// lease says its relay does.
+func (l *relayLease) ready() string {
+	l.mu.Lock()
+	rl, rec := l.relay, l.seen
+	l.mu.Unlock()
+	if rl != nil {
+		return rl.ready()
+	}
+	switch {
+	case rec.Instance == "" || time.Now().UnixMilli() >= rec.UntilMs:
+		return "mqtt: no instance relays the market's broker"
+	case !rec.Hearing:
+		return fmt.Sprintf("mqtt: the relay (instance %s) does not hear the broker", rec.Instance)
+	}
+	return ""
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // a plain struct of strings, numbers and booleans
+	}
+	return b
+}
