@@ -38,6 +38,17 @@
 // nothing, and a forgotten courier comes back unmarked, as the engine
 // starts it afresh.
 //
+// A market with a lake (Market.Lake) has yesterday's greatest distances
+// shown: the Config.DailyTop couriers of the greatest distance_m in the
+// table `edgeproc daily` writes for the market's previous calendar day
+// (LAKE/daily/market=M/date=D/daily.parquet, the day in Market.Location),
+// with their positions, how many couriers the table has and their
+// distance in all; or that it is not computed yet, or unavailable (it
+// could not be read: logged once). The board looks for the table every
+// Config.DailyEvery, off the hub's goroutine, and reads it again only when
+// the date or the file (modification time, size) changed, keeping only
+// the top couriers as it reads.
+//
 // Feeding never blocks the engine: a call copies the event into a bounded
 // mailbox under a mutex held for that copy only; the hub swaps the mailbox
 // out every DrainEvery. Events that find the mailbox full are dropped and
@@ -52,6 +63,7 @@ package board
 
 import (
 	"errors"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -101,6 +113,13 @@ type Market struct {
 	// Timezone is the market's IANA time zone (config timezone): the page
 	// shows the market's times in it, on a 24-hour clock. Empty: UTC.
 	Timezone string
+	// Lake is the market's lake (config lake.dir): the board shows
+	// yesterday's greatest distances from the table `edgeproc daily`
+	// writes there (see the package doc). Empty: no such list.
+	Lake string
+	// Location is the market's time zone (config.Config.Location()), whose
+	// calendar says which day was yesterday. Nil: UTC.
+	Location *time.Location
 }
 
 // Config configures a Hub.
@@ -138,8 +157,19 @@ type Config struct {
 	// Tiles is an optional map tile URL template ({z}, {x}, {y}), e.g. a
 	// local tile server's; empty draws the positions on a plain canvas.
 	Tiles string
-	// Now is the wall clock (silence durations, rates). Default time.Now.
+	// DailyTop is how many couriers of yesterday's table are shown, the
+	// greatest distances (markets with a Lake). Default 10.
+	DailyTop int
+	// DailyEvery is how often the board looks for each market's table of
+	// yesterday; it reads one only when the date or the file changed.
+	// Default 1 minute.
+	DailyEvery time.Duration
+	// Now is the wall clock (silence durations, rates, the date of
+	// yesterday). Default time.Now.
 	Now func() time.Time
+	// Log receives the board's logs: a table of yesterday that cannot be
+	// read, once. Default: discarded.
+	Log *slog.Logger
 }
 
 func (c Config) withDefaults() Config {
@@ -154,6 +184,13 @@ func (c Config) withDefaults() Config {
 	def(&c.MaxAreaEdges, DefaultMaxAreaEdges)
 	def(&c.ClientBuffer, DefaultClientBuffer)
 	def(&c.MaxClients, DefaultMaxClients)
+	def(&c.DailyTop, DefaultDailyTop)
+	if c.DailyEvery <= 0 {
+		c.DailyEvery = DefaultDailyEvery
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
 	if c.Interval <= 0 {
 		c.Interval = DefaultInterval
 	}
@@ -206,8 +243,10 @@ type Hub struct {
 
 	join    chan *client
 	leave   chan *client
+	daily   chan dailyChange // from the daily loader (runDaily)
 	done    chan struct{}
 	stopped chan struct{}
+	loaders sync.WaitGroup // the daily loader
 	once    sync.Once
 }
 
@@ -253,6 +292,7 @@ func New(cfg Config) (*Hub, error) {
 		box:     make([]event, 0, cfg.Mailbox),
 		join:    make(chan *client),
 		leave:   make(chan *client),
+		daily:   make(chan dailyChange),
 		done:    make(chan struct{}),
 		stopped: make(chan struct{}),
 	}
@@ -267,6 +307,9 @@ func New(cfg Config) (*Hub, error) {
 		h.outlines = append(h.outlines, newOutline(m.Area, cfg.MaxAreaEdges))
 	}
 	go h.run()
+	if l := newDailyLoader(cfg); len(l.markets) > 0 {
+		h.loaders.Go(func() { h.runDaily(l) })
+	}
 	return h, nil
 }
 
@@ -275,6 +318,7 @@ func New(cfg Config) (*Hub, error) {
 func (h *Hub) Close() {
 	h.once.Do(func() { close(h.done) })
 	<-h.stopped
+	h.loaders.Wait()
 }
 
 // Stats returns the hub's counters.

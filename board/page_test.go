@@ -9,6 +9,8 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -20,7 +22,9 @@ import (
 	"github.com/chromedp/chromedp/kb"
 	"github.com/uber/h3-go/v4"
 
+	"github.com/km0/edgeproc/daily"
 	"github.com/km0/edgeproc/internal/testenv"
+	"github.com/km0/edgeproc/lake"
 	"github.com/km0/edgeproc/result"
 )
 
@@ -345,6 +349,90 @@ func TestPage_DispatcherInChromium(t *testing.T) {
 	// The board's own counters: in a closed footer.
 	if !testenv.Eval[bool](t, br, `!document.getElementById("internals").open && !document.getElementById("footer").checkVisibility() && document.getElementById("footer").textContent.includes("updates")`) {
 		t.Errorf("the board's counters are not in a closed footer: %q", testenv.Eval[string](t, br, `document.getElementById("internals").outerHTML`))
+	}
+	if errs := br.Errors(); len(errs) > 0 {
+		t.Errorf("the page reported errors: %q", errs)
+	}
+}
+
+// Yesterday's greatest distances in a real headless Chromium: per market
+// with a lake, the table edgeproc daily wrote for the market's previous
+// day (Madrid's calendar) as its top 10, km to one decimal, with the
+// day's figures; "not computed yet" with no table, "unavailable" with a
+// damaged one; nothing at all without a lake. A row selects its courier
+// when it is on the map.
+func TestPage_YesterdayInChromium(t *testing.T) {
+	lakes := map[string]string{"a": t.TempDir(), "b": t.TempDir(), "c": t.TempDir()}
+	yesterday := daily.Yesterday(time.Now(), madrid)
+	var dists []float64
+	for i := range 12 {
+		dists = append(dists, float64(i+1)*1000+234.5) // c12 the greatest
+	}
+	mustWriteDaily(t, lakes["a"], "a", yesterday, time.Now(), dists...)
+	damaged := daily.TablePath(lakes["c"], "c", yesterday)
+	if err := os.MkdirAll(filepath.Dir(damaged), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(damaged, []byte("PAR1 not a table PAR1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h := newHub(t, func(c *Config) {
+		c.Now = time.Now
+		c.Markets = []Market{{Name: "a"}, {Name: "b"}, {Name: "c"}, {Name: "d"}}
+		for i := range c.Markets[:3] {
+			m := &c.Markets[i]
+			m.Lake, m.Location, m.Timezone = lakes[m.Name], madrid, "Europe/Madrid"
+		}
+	})
+	h.Feed("a").Position([]byte("c11"), time.Now().UnixMilli(), 41.98, 2.82)
+	srv := serve(t, h)
+	br := testenv.StartChromium(t, 1280, 900)
+	br.Do(t, 20*time.Second, chromedp.Navigate(srv.URL+"/board/"))
+	br.Wait(t, 15*time.Second, `document.querySelectorAll("#daily-list .daily").length == 3 && document.querySelectorAll("#daily-0 tbody tr").length == 10`,
+		`document.getElementById("daily-list").innerText`)
+
+	day, err := time.Parse(lake.DateLayout, yesterday)
+	if err != nil {
+		t.Fatal(err)
+	}
+	on := day.Weekday().String()[:3] + " " + yesterday
+	type block struct {
+		Market, State, Summary string
+		Table                  bool // shown
+	}
+	blocks := testenv.Eval[[]block](t, br, `[...document.querySelectorAll("#daily-list .daily")].map(b => ({Market: b.dataset.market, State: b.dataset.state,
+		Summary: b.querySelector(".summary").textContent, Table: b.querySelector("table").checkVisibility()}))`)
+	want := []block{
+		{"a", "ok", "a · " + on + ": 12 couriers, 80.8 km in all; top 10:", true},
+		{"b", "missing", "b · " + on + ": not computed yet (edgeproc daily writes it after midnight, at 01:30 by its timer)", false},
+		{"c", "unavailable", "c · " + on + ": unavailable: the day's table could not be read (the service's log says why)", false},
+	}
+	if fmt.Sprint(blocks) != fmt.Sprint(want) {
+		t.Errorf("yesterday's blocks\n%+v\nwant\n%+v", blocks, want)
+	}
+	rows := testenv.Eval[[][]string](t, br, `[...document.querySelectorAll("#daily-0 tbody tr")].map(r => [...r.cells].map(c => c.textContent))`)
+	var wantRows [][]string
+	for i := 12; i > 2; i-- {
+		wantRows = append(wantRows, []string{fmt.Sprintf("c%d", i), fmt.Sprintf("%d.2", i), fmt.Sprint(100 + i - 1)})
+	}
+	if fmt.Sprint(rows) != fmt.Sprint(wantRows) {
+		t.Errorf("yesterday's list %q, want %q", rows, wantRows)
+	}
+	// A row of a courier on the map selects it.
+	br.Do(t, 5*time.Second, chromedp.Click(`#daily-0 tr[data-id="c11"]`))
+	br.Wait(t, 5*time.Second, `window.board.selected() === "c11" && !document.getElementById("details").hidden`, `window.board.selected()`)
+
+	// One market's page: no market name before the date.
+	br.Do(t, 20*time.Second, chromedp.Navigate(srv.URL+"/board/a"))
+	br.Wait(t, 15*time.Second, `document.querySelectorAll("#daily-0 tbody tr").length == 10`, `document.getElementById("daily-list").innerText`)
+	if got := testenv.Eval[string](t, br, `document.querySelector("#daily-list .summary").textContent`); got != on+": 12 couriers, 80.8 km in all; top 10:" {
+		t.Errorf("market a's page says %q", got)
+	}
+	// No lake: nothing at all.
+	br.Do(t, 20*time.Second, chromedp.Navigate(srv.URL+"/board/d"))
+	br.Wait(t, 15*time.Second, `window.board.updates() > 1`, `window.board.updates()`)
+	if testenv.Eval[bool](t, br, `document.getElementById("daily-section").checkVisibility() || document.querySelectorAll("#daily-list .daily").length > 0`) {
+		t.Errorf("a market without a lake shows yesterday: %q", testenv.Eval[string](t, br, `document.getElementById("daily-section").outerHTML`))
 	}
 	if errs := br.Errors(); len(errs) > 0 {
 		t.Errorf("the page reported errors: %q", errs)

@@ -126,6 +126,12 @@ type state struct {
 	updates  uint64
 	bytes    uint64
 	buf      []byte
+
+	// daily is each market's yesterday (nil: no lake, or not looked at
+	// yet); dailyDirty says it changed since the last update sent.
+	daily      []*dailyView
+	hasDaily   bool // a market has a lake: messages carry "daily"
+	dailyDirty bool
 }
 
 func (h *Hub) run() {
@@ -137,6 +143,10 @@ func (h *Hub) run() {
 		areas:    h.outlines,
 		markets:  make([]marketView, len(h.cfg.Markets)),
 		clients:  map[*client]struct{}{},
+		daily:    make([]*dailyView, len(h.cfg.Markets)),
+	}
+	for _, m := range h.cfg.Markets {
+		st.hasDaily = st.hasDaily || m.Lake != ""
 	}
 	spare := make([]event, 0, h.cfg.Mailbox)
 	var zspare []zoneEvent
@@ -181,6 +191,9 @@ func (h *Hub) run() {
 				delete(st.clients, c)
 				close(c.ch)
 			}
+		case d := <-h.daily:
+			st.daily[d.market] = &d.view
+			st.dailyDirty = true
 		}
 		h.publish(st)
 	}
@@ -327,6 +340,7 @@ func (st *state) broadcast(now time.Time) {
 	}
 	st.dirty = st.dirty[:0]
 	st.zones.sent()
+	st.dailyDirty = false
 }
 
 // encode renders one SSE message: the markets' status, the couriers of cs
@@ -343,7 +357,9 @@ func (st *state) broadcast(now time.Time) {
 //	 "zones":[[cell,market,warnings,couriers,restored,open,silence_ms,
 //	           longest_silence_ms,windows,first_window_start_ms,last_window_end_ms,
 //	           [[lat,lon],…]],…],
-//	 "areas":[{"market":n,"edges":n,"truncated":bool,"outline":[[[lat,lon],…],…]},…]}
+//	 "areas":[{"market":n,"edges":n,"truncated":bool,"outline":[[[lat,lon],…],…]},…],
+//	 "daily":[{"market":n,"date":"YYYY-MM-DD","state":"ok"|"missing"|"unavailable",
+//	           "couriers":n,"distance_m":x,"top":[{"courier":id,"distance_m":x,"positions":n},…]},…]}
 //
 // where market indexes "markets", state is a State code, revision numbers
 // the firing of the window shown (0: its first firing), outside_since_ms
@@ -376,6 +392,17 @@ func (st *state) broadcast(now time.Time) {
 // its first cells are drawn. outside_since_ms and "areas" came after the
 // dead-zone layer, stopped_since_ms and tz after them; the members before
 // them are unchanged.
+//
+// "daily" is there only when a market of the board has a lake
+// (Market.Lake), in a snapshot and in the first update after any
+// market's changed, and then holds each market of the filter that has
+// one: its table of yesterday (date, in the market's calendar), as
+// `edgeproc daily` wrote it — "ok" with how many couriers it has, their
+// distance summed and the DailyTop greatest (greatest first; of equal
+// ones, the first id in byte order); "missing" when there is no table
+// for the date yet; "unavailable" when it could not be read (logged). A
+// market not yet looked at is left out; distances are in metres to one
+// decimal. It came after "areas"; the members before it are unchanged.
 func (st *state) encode(filter int, now time.Time, cs []*courier, zs []*zoneCell, full bool) []byte {
 	b := append(st.buf[:0], "data: {\"full\":"...)
 	b = strconv.AppendBool(b, full)
@@ -472,6 +499,10 @@ func (st *state) encode(filter int, now time.Time, cs []*courier, zs []*zoneCell
 	if full {
 		b = append(b, ',')
 		b = appendAreas(b, filter, st.areas)
+	}
+	if st.hasDaily && (full || st.dailyDirty) {
+		b = append(b, ',')
+		b = appendDaily(b, filter, st.daily)
 	}
 	b = append(b, "}\n\n"...)
 	st.buf = b

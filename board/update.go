@@ -45,6 +45,37 @@ type Update struct {
 	// Areas are the service-area outlines of the markets that have one;
 	// in a Full message only.
 	Areas []AreaUpdate `json:"areas"`
+	// Daily is each market's table of yesterday, of the markets with a
+	// lake (Market.Lake): in a Full message, and in a later one when any
+	// of them changed (nil otherwise: keep the last one).
+	Daily []DailyUpdate `json:"daily"`
+}
+
+// DailyUpdate is a market's yesterday in an Update: the table `edgeproc
+// daily` wrote for the market's previous calendar day.
+type DailyUpdate struct {
+	// Market indexes Update.Markets.
+	Market int `json:"market"`
+	// Date is yesterday, YYYY-MM-DD in the market's time zone.
+	Date string `json:"date"`
+	// State is "ok" (the table was read), "missing" (no table for the
+	// date yet: `edgeproc daily` has not run for it) or "unavailable"
+	// (there, but it could not be read; the service logged why).
+	State string `json:"state"`
+	// Couriers counts the table's couriers and DistanceM is their
+	// distance_m summed, metres.
+	Couriers  int     `json:"couriers"`
+	DistanceM float64 `json:"distance_m"`
+	// Top are the couriers of the greatest distance_m, greatest first, at
+	// most Config.DailyTop.
+	Top []DailyCourier `json:"top"`
+}
+
+// DailyCourier is a courier of yesterday's greatest distances.
+type DailyCourier struct {
+	Courier   string  `json:"courier"`
+	DistanceM float64 `json:"distance_m"` // metres, to one decimal
+	Positions int64   `json:"positions"`
 }
 
 // MarketUpdate is a market's health in an Update.

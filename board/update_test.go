@@ -35,10 +35,12 @@ func FuzzEncodeDecode(f *testing.F) {
 		c := &courier{id: id, place: where.Place{Lat: lat, Lon: lon, TS: ts, Silent: noSignal}, hasDist: hasDist, stopped: stopped, dist: dist, distEnd: ts / 2, distRev: rev,
 			hasMove: true, outside: outside, moveTS: ts / 3, stoppedSince: ts / 5}
 		st := &state{
-			cfg:     Config{Markets: []Market{{Name: market}}, Interval: time.Second, Tiles: "/t/{z}/{x}/{y}"},
-			markets: []marketView{{status: Status{MQTT: true, Watermark: ts, HasWatermark: true}}},
-			dropped: 3,
-			zones:   newZoneLayer(1),
+			cfg:      Config{Markets: []Market{{Name: market}}, Interval: time.Second, Tiles: "/t/{z}/{x}/{y}"},
+			markets:  []marketView{{status: Status{MQTT: true, Watermark: ts, HasWatermark: true}}},
+			dropped:  3,
+			zones:    newZoneLayer(1),
+			daily:    []*dailyView{{date: "2026-12-03", state: dailyOK, couriers: 1, distance: dist, top: []dailyTop{{id, dist, ts}}}},
+			hasDaily: true,
 		}
 		cell := h3.LatLngToCell(h3.LatLng{Lat: lat, Lng: lon}, int(res%16))
 		ze := zoneEvent{cell: cell, start: ts - time.Hour.Milliseconds(), end: ts,
@@ -72,6 +74,13 @@ func FuzzEncodeDecode(f *testing.F) {
 			t.Errorf("message %+v, market %+v", u, m)
 		}
 		checkArea(t, u.Areas, cell)
+		if len(u.Daily) != 1 || len(u.Daily[0].Top) != 1 {
+			t.Fatalf("daily %+v, want one market with one courier", u.Daily)
+		}
+		if d, top := u.Daily[0], u.Daily[0].Top[0]; d.Market != 0 || d.Date != "2026-12-03" || d.State != "ok" || d.Couriers != 1 ||
+			top.Courier != id || top.Positions != ts || math.Abs(d.DistanceM-dist) > 0.05+1e-12*math.Abs(dist) || top.DistanceM != d.DistanceM {
+			t.Errorf("daily %+v, want %s %v %d", d, id, dist, ts)
+		}
 		if !added {
 			if len(u.Zones) != 0 || len(u.ZonesGone) != 0 {
 				t.Errorf("zones %+v of a dead zone refused", u.Zones)

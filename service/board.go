@@ -12,7 +12,8 @@ import (
 
 // attachBoard serves the fleet board (package board) on srv for the
 // markets of one listener that have http.board on, and gives each of them
-// its feed (sink.board). The board's tile template is the first one set
+// its feed (sink.board). A market with lake.dir has yesterday's greatest
+// distances shown, from its `edgeproc daily` tables. The board's tile template is the first one set
 // among them. It returns ln wrapped so that closing the listener — which
 // both Shutdown and Close do — stops the board and ends its event streams,
 // so a graceful shutdown does not wait for the open pages.
@@ -28,7 +29,8 @@ func attachBoard(srv *http.Server, ln net.Listener, ms []*market.Market, deps *D
 			continue
 		}
 		on = append(on, m)
-		bms = append(bms, board.Market{Name: c.Market, Status: boardStatus(m), Area: c.Geo.Area, Timezone: c.Timezone})
+		bms = append(bms, board.Market{Name: c.Market, Status: boardStatus(m), Area: c.Geo.Area, Timezone: c.Timezone,
+			Lake: c.Lake.Dir, Location: c.Location()})
 		if tiles == "" {
 			tiles = c.HTTP.BoardTiles
 		}
@@ -36,7 +38,7 @@ func attachBoard(srv *http.Server, ln net.Listener, ms []*market.Market, deps *D
 	if len(on) == 0 {
 		return ln
 	}
-	hub, err := board.New(board.Config{Markets: bms, Tiles: tiles, Now: deps.Clock})
+	hub, err := board.New(board.Config{Markets: bms, Tiles: tiles, Now: deps.Clock, Log: deps.Log})
 	if err != nil { // names are unique and non-empty (checkClashes, config)
 		deps.Log.Error("fleet board not started", "addr", ln.Addr().String(), "err", err)
 		return ln

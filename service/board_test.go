@@ -22,8 +22,10 @@ import (
 	"github.com/km0/edgeproc/board"
 	"github.com/km0/edgeproc/bridge"
 	"github.com/km0/edgeproc/config"
+	"github.com/km0/edgeproc/daily"
 	"github.com/km0/edgeproc/geo"
 	"github.com/km0/edgeproc/internal/testenv"
+	"github.com/km0/edgeproc/lake"
 	"github.com/km0/edgeproc/service"
 )
 
@@ -365,5 +367,46 @@ func TestBoard_Off(t *testing.T) {
 		if resp.StatusCode != want {
 			t.Errorf("GET %s: %s, want %d", path, resp.Status, want)
 		}
+	}
+}
+
+// A market with lake.dir shows, on the live service's board in a real
+// headless Chromium, yesterday's greatest distances from the table
+// edgeproc daily wrote for the market's previous day (in its time zone).
+func TestBoard_YesterdayInChromium(t *testing.T) {
+	const market = "yday"
+	mq := testenv.StartMosquitto(t)
+	ns := testenv.StartNATS(t)
+	cfg := mustConfig(t, market, mq.URL(), ns.URL())
+	cfg.Lake.Dir, cfg.Timezone = t.TempDir(), "Europe/Madrid"
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	yesterday := daily.Yesterday(time.Now(), cfg.Location())
+	recs := []daily.Record{
+		{Courier: "van-1", DistanceM: 81234.5, Positions: 1438},
+		{Courier: "van-2", DistanceM: 120456.7, Positions: 2051},
+		{Courier: "van-3", DistanceM: 4321, Positions: 97},
+	}
+	path := daily.TablePath(cfg.Lake.Dir, market, yesterday)
+	if _, err := lake.WriteFileAtomic(path, func(w io.Writer) error { return daily.WriteParquet(w, recs, true) }); err != nil {
+		t.Fatal(err)
+	}
+	r := startService(t, []config.Config{cfg}, service.Deps{})
+	base := "http://" + (<-r.addr).String()
+
+	br := testenv.StartChromium(t, 1280, 800)
+	br.Do(t, 20*time.Second, chromedp.Navigate(base+"/board/"+market))
+	br.Wait(t, 15*time.Second, `document.querySelectorAll("#daily-0 tbody tr").length == 3`, `document.getElementById("daily-list").innerText`)
+	rows := testenv.Eval[[][]string](t, br, `[...document.querySelectorAll("#daily-0 tbody tr")].map(r => [...r.cells].map(c => c.textContent))`)
+	if want := `[[van-2 120.5 2051] [van-1 81.2 1438] [van-3 4.3 97]]`; fmt.Sprint(rows) != want {
+		t.Errorf("yesterday's list %q, want %s", rows, want)
+	}
+	summary := testenv.Eval[string](t, br, `document.querySelector("#daily-list .summary").textContent`)
+	if !strings.Contains(summary, yesterday+": 3 couriers, 206.0 km in all; top 3:") {
+		t.Errorf("yesterday's summary %q, want it to name %s and its figures", summary, yesterday)
+	}
+	if errs := br.Errors(); len(errs) > 0 {
+		t.Errorf("the page reported errors: %q", errs)
 	}
 }

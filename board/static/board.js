@@ -10,6 +10,8 @@
 // "tz"), on a 24-hour clock, with their age. Finding a courier (the search
 // box, a list's row, a click on the map) centres the map on it, labels it
 // and opens its details, the only place its coordinates are shown.
+// With a lake, the side panel lists yesterday's greatest distances, from
+// the table edgeproc daily wrote for the market's previous day.
 "use strict";
 (function () {
   const STATES = ["unknown", "moving", "stopped", "no_signal"];
@@ -35,6 +37,10 @@
   const couriers = new Map(); // id -> {m, lat, lon, ts, st, d, de, rv, out, ss, x, y}
   let markets = [], skew = 0, tiles = "", view = null, pending = false;
   let selected = null; // the courier found, its id
+  // Yesterday, by market with a lake: [{market, date, state, couriers,
+  // distance_m, top: [{courier, distance_m, positions}, …]}, …]
+  // (board/state.go, encode); sent only when it changes.
+  let daily = [];
   const zonesMinInput = document.getElementById("zones-min");
   let zonesMin = zonesMinInput.valueAsNumber || 1;
   let updates = 0, lastBytes = 0, dropped = 0, refused = 0, renders = 0, renderMs = 0;
@@ -54,6 +60,8 @@
     // The courier found or clicked, whose details are open; null if none.
     selected: () => selected,
     select: id => select(id),
+    // Yesterday's tables as received, by market with a lake.
+    daily: () => daily,
   };
 
   const url = "/board/events" + (market ? "?market=" + encodeURIComponent(market) : "");
@@ -75,6 +83,7 @@
       couriers.set(c[0], {m: c[1], lat: c[2], lon: c[3], ts: c[4], st: c[5], d: c[6], de: c[7], rv: c[8], out: c[9], ss: c[10]});
     }
     if (msg.full) setAreas(msg.areas || []);
+    if (msg.full || msg.daily) daily = msg.daily || [];
     if (msg.full) clearZones();
     for (const k of msg.zones_gone || []) dropZone(k[1] + "|" + k[0]);
     for (const z of msg.zones || []) setZone(z);
@@ -521,6 +530,7 @@
       ? `${withDist} couriers with a window: ${(total / 1000).toFixed(1)} km in all, ${(total / withDist / 1000).toFixed(2)} km each on average; top ${Math.min(15, dist.length)}:`
       : "no window has fired yet");
     fill("distance", dist.slice(0, 15).map(([id, c]) => row(id, (c.d / 1000).toFixed(2), LABEL[STATES[c.st]])));
+    dailyLists();
     setText("footer",
       `${couriers.size} couriers · ${zones.size} dead-zone cells` + (zonesDropped ? ` (${zonesDropped} windows dropped at the cap)` : "") +
       ` · ${updates} updates (last ${(lastBytes / 1024).toFixed(1)} KiB) · board dropped ${dropped}, refused ${refused}`);
@@ -529,6 +539,40 @@
       setText("clock", clockOf(tz).hm.format(now) + " " + tz);
     }
     details(now);
+  }
+
+  // Yesterday's greatest distances: per market with a lake, a line with
+  // the date and the day's figures, or why there are none, and the list.
+  const WEEKDAY = new Intl.DateTimeFormat("en-GB", {weekday: "short", timeZone: "UTC"});
+  function dayOf(date) {
+    const [y, m, d] = date.split("-").map(Number);
+    return WEEKDAY.format(Date.UTC(y, m - 1, d)) + " " + date;
+  }
+  function dailyLists() {
+    const box = document.getElementById("daily-list");
+    setHidden(document.getElementById("daily-section"), daily.length === 0);
+    while (box.children.length > daily.length) box.lastElementChild.remove();
+    daily.forEach((d, i) => {
+      let el = box.children[i];
+      if (!el) {
+        el = document.createElement("div");
+        el.className = "daily";
+        el.innerHTML = `<p class="summary"></p><table id="daily-${i}" class="list"><thead><tr><th>courier</th><th>km</th><th>positions</th></tr></thead><tbody></tbody></table>`;
+        box.appendChild(el);
+      }
+      const name = markets[d.market] ? markets[d.market].name : "";
+      el.dataset.market = name;
+      el.dataset.state = d.state;
+      const head = (daily.length > 1 ? name + " · " : "") + dayOf(d.date) + ": ";
+      el.firstChild.textContent = head + (
+        d.state === "missing" ? "not computed yet (edgeproc daily writes it after midnight, at 01:30 by its timer)" :
+        d.state !== "ok" ? "unavailable: the day's table could not be read (the service's log says why)" :
+        d.couriers === 0 ? "no courier" :
+        `${plural(d.couriers, "courier")}, ${(d.distance_m / 1000).toFixed(1)} km in all; top ${d.top.length}:`);
+      const ok = d.state === "ok" && d.top.length > 0;
+      setHidden(el.lastChild, !ok);
+      fill("daily-" + i, ok ? d.top.map(t => row(t.courier, (t.distance_m / 1000).toFixed(1), t.positions)) : []);
+    });
   }
 
   // Details of the selected courier: the only place with its coordinates.

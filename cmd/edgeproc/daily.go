@@ -73,7 +73,7 @@ func runDaily(ctx context.Context, cfgPath, date, outPath string, publish bool, 
 	loc := cfg.Location()
 	now := time.Now()
 	if date == "yesterday" {
-		date = now.In(loc).AddDate(0, 0, -1).Format(lake.DateLayout)
+		date = daily.Yesterday(now, loc)
 	}
 	if _, _, err := lake.DateBounds(date, loc); err != nil {
 		return usageError{err.Error()}
@@ -101,7 +101,7 @@ func runDaily(ctx context.Context, cfgPath, date, outPath string, publish bool, 
 	case outPath != "":
 		return writeDailyFile(outPath, recs)
 	}
-	path := filepath.Join(cfg.Lake.Dir, lake.DailyDir, "market="+cfg.Market, "date="+date, "daily.parquet")
+	path := daily.TablePath(cfg.Lake.Dir, cfg.Market, date)
 	if _, err := lake.WriteFileAtomic(path, func(w io.Writer) error { return daily.WriteParquet(w, recs, true) }); err != nil {
 		return err
 	}
