@@ -427,6 +427,7 @@ func TestKill9_ResultsEqualUninterruptedRun(t *testing.T) {
 
 	settleAndCompare(t, sup, ns.URL(), cfg, wantByKey, wantRejected)
 	checkLake(t, cfg, wantLake, true)
+	checkReplayOfLake(t, cfg, wantByKey)
 }
 
 // settleAndCompare waits until edgeproc is idle, stops it gracefully and

@@ -1,7 +1,10 @@
 package crashtest
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"math"
 	"path/filepath"
 	"testing"
 
@@ -10,6 +13,7 @@ import (
 	"github.com/km0/edgeproc/internal/testenv"
 	"github.com/km0/edgeproc/lake"
 	"github.com/km0/edgeproc/market"
+	"github.com/km0/edgeproc/replay"
 	"github.com/km0/edgeproc/result"
 )
 
@@ -88,5 +92,64 @@ func checkLake(tb testing.TB, cfg config.Config, want map[string]int, flags bool
 	}
 	if segs, _ := filepath.Glob(filepath.Join(lake.StagingDir(cfg.Lake.Dir, cfg.Market), "*")); len(segs) > 0 {
 		tb.Errorf("staging left after a clean stop: %v", segs)
+	}
+}
+
+// checkReplayOfLake replays the lake (contract §9, replay --in) and
+// requires each distance window to have the live run's distance and
+// positions (want: the reference run's records, which the live stream
+// equals): kappa both ways.
+func checkReplayOfLake(tb testing.TB, cfg config.Config, want map[string]string) {
+	tb.Helper()
+	files, err := lake.Files(lake.MarketDir(cfg.Lake.Dir, cfg.Market))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var out bytes.Buffer
+	if _, err := replay.RunLake(market.EngineConfig(cfg), files, &out); err != nil {
+		tb.Fatal(err)
+	}
+	type dist struct {
+		Type      string  `json:"type"`
+		Key       string  `json:"key"`
+		Distance  float64 `json:"distance_m"`
+		Positions int     `json:"positions"`
+	}
+	got := map[string]dist{}
+	for _, line := range bytes.Split(bytes.TrimSpace(out.Bytes()), []byte("\n")) {
+		var d dist
+		if err := json.Unmarshal(line, &d); err != nil {
+			tb.Fatalf("replay line %q: %v", line, err)
+		}
+		if d.Type == "distance" {
+			got[d.Key] = d
+		}
+	}
+	var diffs []string
+	n := 0
+	for k, js := range want {
+		var w dist
+		if err := json.Unmarshal([]byte(js), &w); err != nil || w.Type != "distance" {
+			continue
+		}
+		n++
+		g, ok := got[k]
+		switch {
+		case !ok:
+			diffs = append(diffs, "distance "+k+": not in the lake's replay")
+		case g.Positions != w.Positions || math.Abs(g.Distance-w.Distance) > 1e-6:
+			diffs = append(diffs, fmt.Sprintf("distance %s: replay of the lake %v m over %d positions, live %v m over %d", k, g.Distance, g.Positions, w.Distance, w.Positions))
+		}
+		delete(got, k)
+	}
+	for k := range got {
+		diffs = append(diffs, "distance "+k+": in the lake's replay, not live")
+	}
+	tb.Logf("replay of the lake: %d distance windows compared with the live run's", n)
+	if len(diffs) > 0 {
+		tb.Errorf("%d differences; first ones:", len(diffs))
+		for _, d := range diffs[:min(15, len(diffs))] {
+			tb.Errorf("  %s", d)
+		}
 	}
 }
