@@ -13,6 +13,7 @@ import (
 
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/engine"
+	"github.com/km0/edgeproc/entry"
 	"github.com/km0/edgeproc/internal/oracle"
 	"github.com/km0/edgeproc/internal/testenv"
 	"github.com/km0/edgeproc/market"
@@ -284,13 +285,14 @@ func replay(t testing.TB, url string, cfg config.Config) (map[string]string, []e
 }
 
 // applyStored hands partition n's stream, as stored, to e the way its
-// owner applies it (entryOf): its replay.
+// owner applies it (eachEntry): its replay.
 func applyStored(t testing.TB, url string, cfg config.Config, n int, e *engine.Engine) {
 	t.Helper()
 	var topic []byte
 	for _, m := range testenv.ReadStored(t, url, cfg.JetStream.Stream, cfg.JetStream.PartitionSubject(n)) {
-		if en, ok := entryOf(m.Subject, m.Header, m.Data, m.Time.UnixMilli(), &topic); ok {
-			e.Apply(m.Seq, en)
+		err := eachEntry(m.Subject, m.Header, m.Data, m.Seq, m.Time.UnixMilli(), &topic, func(line uint64, en entry.Entry) { e.Apply(line, en) })
+		if err != nil {
+			t.Fatalf("stream message %d: %v", m.Seq, err)
 		}
 	}
 }
@@ -393,4 +395,34 @@ func jetstreamKV(t testing.TB, nc *nats.Conn, cfg config.Config) jetstream.KeyVa
 		t.Fatal(err)
 	}
 	return kv
+}
+
+// storedPosition is a position as the positions stream holds it, alone
+// (the gateway) or in one of the relay's batches.
+type storedPosition struct {
+	subject string // the position's own subject, as the gateway gives it
+	payload []byte
+	seq     uint64 // the message's
+}
+
+// storedPositions reads the positions of stream (a filter subject may
+// narrow it), batches expanded, in stream order.
+func storedPositions(t testing.TB, url, stream string, filter ...string) []storedPosition {
+	t.Helper()
+	var out []storedPosition
+	for _, m := range testenv.ReadStored(t, url, stream, filter...) {
+		switch kindOf(m.Subject, m.Header) {
+		case msgPosition:
+			out = append(out, storedPosition{subject: m.Subject, payload: m.Data, seq: m.Seq})
+		case msgBatch:
+			base := strings.TrimSuffix(m.Subject, BatchToken)
+			err := eachBatchEntry(m.Data, func(_ int, token, payload []byte) {
+				out = append(out, storedPosition{subject: base + string(token), payload: payload, seq: m.Seq})
+			})
+			if err != nil {
+				t.Fatalf("stream message %d: %v", m.Seq, err)
+			}
+		}
+	}
+	return out
 }

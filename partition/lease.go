@@ -201,16 +201,19 @@ func (l *relayLease) held() leaseRecord {
 	return l.seen
 }
 
-// relayReady is the running relay's readiness, or why there is none.
+// relayReady is the running relay's readiness, or notRelaying.
 func (l *relayLease) relayReady() string {
 	l.mu.Lock()
 	rl := l.relay
 	l.mu.Unlock()
 	if rl == nil {
-		return "mqtt: not relaying"
+		return notRelaying
 	}
 	return rl.ready()
 }
+
+// notRelaying is relayReady on an instance not holding the lease.
+const notRelaying = "mqtt: not relaying"
 
 // ready says why the market's positions cannot reach the stream now, or
 // "": this instance's relay hears its broker, or another instance's

@@ -68,7 +68,8 @@ type part struct {
 	pastCkpt checkpoint.Stats // and of their checkpointers
 
 	owned, epoch, processed, applied, ckptSeq, lagMsgs atomic.Uint64
-	lastTS                                             atomic.Int64 // ms, stream time of the last message applied
+	badBatches                                         atomic.Uint64 // batches that did not decode
+	lastTS                                             atomic.Int64  // ms, stream time of the last message applied
 	takeovers, fenced, dropped, caughtUp               atomic.Uint64
 	acquiredAt, firstResultAt                          atomic.Int64 // unix ns of the current term
 	lastResultAt                                       atomic.Int64 // unix ns, any term

@@ -52,12 +52,19 @@ type relay struct {
 	// subject (jetstream.subject without its last token).
 	prefix, suffix string
 
-	// pending carries, in receive order, the positions published and not
-	// yet acked by the stream, to the one goroutine (acks) that acks them
-	// to the broker. Its bound, with the broker's Receive Maximum, is the
-	// backpressure: a full queue blocks the MQTT handler.
+	// in carries the received messages, in receive order, to the
+	// batcher (batches); pending carries them, with their batch, to the
+	// one goroutine (acks) that acks them to the broker once the batch is
+	// stored. The broker's Receive Maximum bounds the messages received
+	// and not acked: neither channel, of that capacity, blocks for long,
+	// and a full one blocks the MQTT handler (backpressure).
+	in      chan inbound
 	pending chan relayed
-	acking  sync.WaitGroup // the acks goroutine
+	// recent are the positions a former relay stored and may not have
+	// acked: the session hands them to this one again (takeover.go).
+	recent *recentSet
+	// batching is the batcher and acks goroutines; storing the stores.
+	batching, storing sync.WaitGroup
 
 	counts *relayCounts // the lease's: every term's
 	ctx    context.Context
@@ -67,14 +74,61 @@ type relay struct {
 // relayCounts are the relay's figures, over every lease term of an
 // instance.
 type relayCounts struct {
-	stored, retries atomic.Uint64
+	// stored counts the positions acked once stored, skipped those of
+	// them a former relay had stored, retries the batch stores sent
+	// again.
+	stored, retries, skipped atomic.Uint64
 }
 
-// relayed is a position on its way to the stream.
+// inbound is a received message and where it goes.
+type inbound struct {
+	part  int
+	token string
+	m     *mqtt.Message
+}
+
+// relayed is a received message on its way to its ack.
 type relayed struct {
-	msg *nats.Msg
-	ack jetstream.PubAckFuture
-	m   *mqtt.Message
+	m *mqtt.Message
+	b *batch
+}
+
+// batch is a partition's positions stored as one message (batch.go).
+type batch struct {
+	part   int
+	body   []byte
+	n      int
+	prev   *batch        // the partition's batch before it, until that one is stored
+	stored chan struct{} // closed once the stream holds it
+}
+
+func newBatch(part int) *batch {
+	return &batch{part: part, body: []byte{batchVersion}, stored: make(chan struct{})}
+}
+
+func (b *batch) add(token string, payload []byte) {
+	b.body = appendBatchEntry(b.body, token, payload)
+	b.n++
+}
+
+// storedBatch stands for a batch a former relay stored.
+var storedBatch = func() *batch {
+	b := newBatch(0)
+	close(b.stored)
+	return b
+}()
+
+// batchLinger is the longest a position waits in its batch before the
+// batch is stored: a few milliseconds of latency for many positions a
+// message.
+const batchLinger = 5 * time.Millisecond
+
+// batchID identifies a batch for the stream's duplicate window: the same
+// batch sent again is dropped.
+func batchID(body []byte) string {
+	h := fnv.New128a()
+	_, _ = h.Write(body)
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 func newRelay(r *Runner) *relay {
@@ -82,7 +136,7 @@ func newRelay(r *Runner) *relay {
 	prefix, suffix, _ := strings.Cut(base, config.PartitionToken)
 	return &relay{
 		r: r, log: r.log.With("ingest", "mqtt"), prefix: prefix, suffix: suffix, counts: &r.lease.counts,
-		pending: make(chan relayed, mqtt.DefaultReceiveMaximum),
+		in: make(chan inbound, mqtt.DefaultReceiveMaximum), pending: make(chan relayed, mqtt.DefaultReceiveMaximum),
 	}
 }
 
@@ -108,7 +162,9 @@ func (l *relay) start(ctx context.Context, nc *nats.Conn) error {
 	l.js = js
 	l.ctx, l.cancel = context.WithCancel(ctx)
 	ctx = l.ctx
-	l.acking.Go(l.acks)
+	l.recent = l.readRecent(ctx)
+	l.batching.Go(l.batches)
+	l.batching.Go(l.acks)
 	src, err := mqtt.Start(ctx, relayConfig(l.r.cfg), l.log, l.handle)
 	if err != nil {
 		return err
@@ -117,69 +173,140 @@ func (l *relay) start(ctx context.Context, nc *nats.Conn) error {
 	return nil
 }
 
-// handle publishes one message to its partition's subject; acks acks it
-// once stored.
+// handle hands one message, in receive order, to the batcher; acks acks
+// it to the broker once its batch is stored.
 func (l *relay) handle(m *mqtt.Message) {
-	level := m.Topic[strings.LastIndexByte(m.Topic, '/')+1:]
-	token := strings.ReplaceAll(level, ".", "//") // as the gateway maps a '.' inside a level
-	subject := l.prefix + strconv.Itoa(PartitionOf(token, l.r.cfg.JetStream.Partitions)) + l.suffix + token
-	msg := &nats.Msg{Subject: subject, Data: m.Payload, Header: nats.Header{jetstream.MsgIDHeader: []string{positionID(m.Topic, m.Payload)}}}
-	ack, err := l.js.PublishMsgAsync(msg)
-	if err != nil {
-		ack = nil // acks sends it again
-	}
+	part, token := l.route(m.Topic)
 	select {
-	case l.pending <- relayed{msg: msg, ack: ack, m: m}:
-	case <-l.ctx.Done(): // not acked: the broker redelivers it to this session
+	case l.in <- inbound{part: part, token: token, m: m}:
+	case <-l.ctx.Done(): // not acked: the broker redelivers it to the session
 	}
 }
 
-// acks acks the positions to the broker as the stream acks them, in
-// receive order; one whose store failed is published again, with its id,
-// until it is stored or the instance stops (it is then redelivered to
-// this session when it comes back).
-func (l *relay) acks() {
+// route is a message's partition and the subject token the gateway would
+// give its courier level.
+func (l *relay) route(topic string) (int, string) {
+	level := topic[strings.LastIndexByte(topic, '/')+1:]
+	token := strings.ReplaceAll(level, ".", "//") // as the gateway maps a '.' inside a level
+	return PartitionOf(token, l.r.cfg.JetStream.Partitions), token
+}
+
+// batches puts the positions into their partitions' batches, in receive
+// order, and hands each batch to be stored once it is full or
+// batchLinger old. Each position goes to acks, in receive order, with its
+// batch.
+func (l *relay) batches() {
+	defer close(l.pending)
+	parts := l.r.cfg.JetStream.Partitions
+	open, last := make([]*batch, parts), make([]*batch, parts)
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
+	armed := false
+	store := func(b *batch) {
+		b.prev, last[b.part], open[b.part] = last[b.part], b, nil
+		l.storing.Go(func() { l.store(b) })
+	}
 	for {
-		var p relayed
 		select {
-		case p = <-l.pending:
+		case in := <-l.in:
+			if l.recent.has(in.token, in.m) {
+				l.counts.skipped.Add(1)
+				l.pending <- relayed{m: in.m, b: storedBatch} // stored by a former relay
+				continue
+			}
+			b := open[in.part]
+			if b == nil {
+				b = newBatch(in.part)
+				open[in.part] = b
+				if !armed {
+					linger.Reset(batchLinger)
+					armed = true
+				}
+			}
+			b.add(in.token, in.m.Payload)
+			l.pending <- relayed{m: in.m, b: b}
+			if b.n >= batchMax || len(b.body) >= batchMaxBytes {
+				store(b)
+			}
+		case <-linger.C:
+			armed = false
+			for _, b := range open {
+				if b != nil {
+					store(b)
+				}
+			}
 		case <-l.ctx.Done():
 			return
 		}
-		if !l.wait(p) {
+	}
+}
+
+// store stores b once the partition's batch before it is stored: a
+// partition's batches reach the stream in the order they were filled,
+// whatever fails in between. A store that fails is sent again, under the
+// batch's message id, until it is stored or the relay stops.
+func (l *relay) store(b *batch) {
+	if b.prev != nil {
+		select {
+		case <-b.prev.stored:
+		case <-l.ctx.Done():
 			return
+		}
+		b.prev = nil // not kept alive by the chain
+	}
+	msg := &nats.Msg{
+		Subject: l.prefix + strconv.Itoa(b.part) + l.suffix + BatchToken,
+		Data:    b.body,
+		Header:  nats.Header{jetstream.MsgIDHeader: []string{batchID(b.body)}},
+	}
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			l.counts.retries.Add(1)
+			select {
+			case <-time.After(backoff.Delay(attempt, 50*time.Millisecond, backoff.Reconnect)):
+			case <-l.ctx.Done():
+				return
+			}
+		}
+		ack, err := l.js.PublishMsgAsync(msg)
+		if err != nil {
+			continue
+		}
+		select {
+		case <-ack.Ok():
+			close(b.stored)
+			return
+		case <-ack.Err():
+		case <-l.ctx.Done():
+			return
+		}
+	}
+}
+
+// acks acks the positions to the broker, in receive order, once their
+// batch is stored. What is not acked when the relay stops, the broker
+// hands to the next relay.
+func (l *relay) acks() {
+	for p := range l.pending {
+		select {
+		case <-p.b.stored:
+		case <-l.ctx.Done():
+			return
+		}
+		if h := l.r.hold; h != nil {
+			h(RelayAcks)
+			if l.ctx.Err() != nil {
+				return
+			}
 		}
 		l.counts.stored.Add(1)
 		p.m.Ack()
 	}
 }
 
-// wait waits until p is stored, publishing it again after a failure; it
-// reports false when the instance stops first.
-func (l *relay) wait(p relayed) bool {
-	for attempt := 1; ; attempt++ {
-		if p.ack != nil {
-			select {
-			case <-p.ack.Ok():
-				return true
-			case <-p.ack.Err():
-			case <-l.ctx.Done():
-				return false
-			}
-		}
-		l.counts.retries.Add(1)
-		select {
-		case <-time.After(backoff.Delay(attempt, 50*time.Millisecond, backoff.Reconnect)):
-		case <-l.ctx.Done():
-			return false
-		}
-		ack, err := l.js.PublishMsgAsync(p.msg)
-		if err != nil {
-			ack = nil
-		}
-		p.ack = ack
-	}
-}
+// RelayAcks is the partition Deps.Hold is called with by the relay
+// before it acks a stored position.
+const RelayAcks = -1
 
 // close disconnects once acks has stopped, so the acks given get their
 // last flush; the positions not yet stored stay unacked and come back.
@@ -187,8 +314,9 @@ func (l *relay) close(ctx context.Context) {
 	if l.cancel != nil {
 		l.cancel()
 	}
+	l.batching.Wait()
+	l.storing.Wait()
 	if src := l.src.Load(); src != nil {
-		l.acking.Wait()
 		_ = src.Close(ctx)
 	}
 }

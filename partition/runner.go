@@ -78,8 +78,10 @@ type Deps struct {
 	Shards int
 	// Hold, when set, is called by a partition's goroutines where a real
 	// process may be stopped at any moment: before each pull request and
-	// before each batch of results is published. Tests block in it to
-	// pause an owner past its pin TTL.
+	// before each batch of results is published; and, with partition
+	// RelayAcks, by the relay before it acks a stored position to the
+	// broker. Tests block in it to pause an owner past its pin TTL, or a
+	// relay between its stores and its acks.
 	Hold func(partition int)
 }
 

@@ -27,7 +27,8 @@ type Status struct {
 	// Processed is the stream sequence of the last message applied;
 	// Checkpoint the one the last recorded checkpoint reflects.
 	Processed uint64 `json:"processed_seq"`
-	// Applied counts the messages this instance applied, in every term.
+	// Applied counts the log entries (positions, a batch's each, and
+	// ticks) this instance applied, in every term.
 	Applied    uint64 `json:"applied"`
 	Checkpoint uint64 `json:"checkpoint_seq"`
 	// LagMessages is the consumer's count of messages not yet delivered;
@@ -42,6 +43,10 @@ type Status struct {
 	Fenced    uint64 `json:"fenced"`
 	Dropped   uint64 `json:"dropped_results"`
 	CaughtUp  uint64 `json:"caught_up_messages"`
+	// BadBatches counts the relay's batches that did not decode (the
+	// positions before the damage applied): never, short of a bug or a
+	// foreign publisher.
+	BadBatches uint64 `json:"bad_batches"`
 	// AcquiredAt and FirstResultAt are the start of the current term and
 	// its first published result (zero when none); LastResultAt is when
 	// this instance last handed results to the bridge, in any term (zero
@@ -61,6 +66,7 @@ func (r *Runner) Status() []Status {
 			Processed: p.processed.Load(), Applied: p.applied.Load(), Checkpoint: p.ckptSeq.Load(),
 			LagMessages: p.lagMsgs.Load(),
 			Takeovers:   p.takeovers.Load(), Fenced: p.fenced.Load(), Dropped: p.dropped.Load(), CaughtUp: p.caughtUp.Load(),
+			BadBatches:   p.badBatches.Load(),
 			LastResultAt: unixNano(p.lastResultAt.Load()),
 		}
 		if s.Owned {
@@ -222,6 +228,11 @@ func (r *Runner) Collector() prometheus.Collector {
 		fenced:    desc("edgeproc_partition_lost_total", "Terms of ownership that ended because the pin moved or the lease ran out."),
 		dropped:   desc("edgeproc_partition_dropped_results_total", "Results not published because the term had lost the partition."),
 		caughtUp:  desc("edgeproc_partition_caught_up_messages_total", "Messages read from the stream directly to fill a gap after a takeover."),
+		bad:       desc("edgeproc_partition_bad_batches_total", "Batches of the positions stream that did not decode (the positions before the damage applied)."),
+		relay: prometheus.NewDesc("edgeproc_relay_active",
+			"1 while this instance holds the relay lease and relays the market's broker (jetstream.ingest mqtt).", []string{"instance"}, m),
+		relayed: prometheus.NewDesc("edgeproc_relay_positions_total",
+			"Positions this instance relayed, by outcome: stored (acked to the broker once stored), skipped (a redelivery a former relay had stored), retried (batch stores sent again).", []string{"instance", "outcome"}, m),
 		mismatch: prometheus.NewDesc("edgeproc_partition_mapping_mismatch",
 			"1 while the positions stream holds positions on a partition past jetstream.partitions (the server's mapping has more): nobody reads them.", []string{"instance"}, m),
 	}
@@ -229,12 +240,12 @@ func (r *Runner) Collector() prometheus.Collector {
 
 // collector reads the partitions' atomics at scrape time.
 type collector struct {
-	r                                                                                       *Runner
-	owned, processed, ckpt, lagMsgs, lagSec, takeovers, fenced, dropped, caughtUp, mismatch *prometheus.Desc
+	r                                                                                                            *Runner
+	owned, processed, ckpt, lagMsgs, lagSec, takeovers, fenced, dropped, caughtUp, bad, mismatch, relay, relayed *prometheus.Desc
 }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.owned, c.processed, c.ckpt, c.lagMsgs, c.lagSec, c.takeovers, c.fenced, c.dropped, c.caughtUp, c.mismatch} {
+	for _, d := range []*prometheus.Desc{c.owned, c.processed, c.ckpt, c.lagMsgs, c.lagSec, c.takeovers, c.fenced, c.dropped, c.caughtUp, c.bad, c.mismatch, c.relay, c.relayed} {
 		ch <- d
 	}
 }
@@ -245,6 +256,16 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		mismatch = 1
 	}
 	ch <- prometheus.MustNewConstMetric(c.mismatch, prometheus.GaugeValue, mismatch, c.r.inst)
+	if l := c.r.lease; l != nil {
+		active := 0.0
+		if l.relayReady() != notRelaying {
+			active = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.relay, prometheus.GaugeValue, active, c.r.inst)
+		ch <- prometheus.MustNewConstMetric(c.relayed, prometheus.CounterValue, float64(l.counts.stored.Load()), c.r.inst, "stored")
+		ch <- prometheus.MustNewConstMetric(c.relayed, prometheus.CounterValue, float64(l.counts.skipped.Load()), c.r.inst, "skipped")
+		ch <- prometheus.MustNewConstMetric(c.relayed, prometheus.CounterValue, float64(l.counts.retries.Load()), c.r.inst, "retried")
+	}
 	for _, s := range c.r.Status() {
 		lv := []string{c.r.inst, strconv.Itoa(s.Partition)}
 		owned := 0.0
@@ -260,6 +281,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.fenced, prometheus.CounterValue, float64(s.Fenced), lv...)
 		ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(s.Dropped), lv...)
 		ch <- prometheus.MustNewConstMetric(c.caughtUp, prometheus.CounterValue, float64(s.CaughtUp), lv...)
+		ch <- prometheus.MustNewConstMetric(c.bad, prometheus.CounterValue, float64(s.BadBatches), lv...)
 	}
 }
 

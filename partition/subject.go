@@ -4,7 +4,7 @@ package partition
 // gateway maps to the NATS subject s: '.' separates levels ('/' in MQTT),
 // and "//" is a '.' inside a level. The engine checks the courier of a
 // payload against the topic's last level, as for an MQTT source.
-func appendMQTTTopic(b []byte, s string) []byte {
+func appendMQTTTopic[T string | []byte](b []byte, s T) []byte {
 	for i := 0; i < len(s); i++ {
 		switch {
 		case s[i] == '/' && i+1 < len(s) && s[i+1] == '/':

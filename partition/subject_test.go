@@ -36,6 +36,8 @@ func TestKindOf(t *testing.T) {
 		{"part.girona.3.van-3", wake, msgPosition},         // nor a wake-up
 		{"part.girona.3.x" + TickToken, tick, msgPosition}, // the whole last token
 		{"part.girona.3." + TickToken, nats.Header{"X": []string{"1"}}, msgPosition},
+		{"part.girona.3." + BatchToken, nil, msgBatch},
+		{"part.girona.3.x" + BatchToken, nil, msgPosition},
 	} {
 		if got := kindOf(tt.subject, tt.hdr); got != tt.want {
 			t.Errorf("kindOf(%q, %v) = %d, want %d", tt.subject, tt.hdr, got, tt.want)

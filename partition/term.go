@@ -93,7 +93,7 @@ func (p *part) claim(ctx context.Context, pin string, sent time.Time) (*term, er
 		return nil, fmt.Errorf("lake: %w", err)
 	}
 	t.ckpt = market.NewCheckpoints(r.mkt.Sink().Flush, t, seq, r.log.With("partition", p.n))
-	t.ckpt.Lake = t.lake
+	t.ckpt.Lake, t.ckpt.LakeIndex = t.lake, lastLineOf
 	t.ckpt.SaveTimeout = opTimeout
 	t.parts.Go(func() { t.ckpt.Run(t.pubCtx) }, t.cancelPub)
 	p.ckptSeq.Store(seq)
@@ -101,13 +101,14 @@ func (p *part) claim(ctx context.Context, pin string, sent time.Time) (*term, er
 }
 
 // openLake opens and starts the partition's lake series (prefix "pN-")
-// at seq, the claimed checkpoint's sequence.
+// at seq, the claimed checkpoint's sequence; its rows' indexes are lines
+// (lineOf).
 func (t *term) openLake(seq uint64) error {
 	f, err := t.p.env.mkt.OpenLake(fmt.Sprintf("p%d-", t.p.n), t.leased)
 	if err != nil || f == nil {
 		return err
 	}
-	if err := f.Start(seq); err != nil {
+	if err := f.Start(lastLineOf(seq)); err != nil {
 		t.p.env.mkt.CloseLake(context.Background(), f)
 		return err
 	}
@@ -321,12 +322,17 @@ const (
 	msgPosition msgKind = iota
 	msgTick             // an owner's idle tick: the idle rule at its timestamp
 	msgWake             // a standby's wake-up (WakeValue): nothing to apply
+	msgBatch            // the relay's positions (batch.go)
 )
 
 // kindOf tells a message of a partition's stream by its subject and
 // headers; the owner and any replay of the stream must agree on it.
 func kindOf(subject string, hdr nats.Header) msgKind {
-	if !strings.HasSuffix(subject, "."+TickToken) { // a position: no header lookup
+	i := strings.LastIndexByte(subject, '.')
+	switch last := subject[i+1:]; {
+	case last == BatchToken:
+		return msgBatch
+	case last != TickToken: // a position: no header lookup
 		return msgPosition
 	}
 	switch hdr.Get(TickHeader) {
@@ -338,39 +344,52 @@ func kindOf(subject string, hdr nats.Header) msgKind {
 	return msgTick
 }
 
-// entryOf is the entry of the partition's log (engine.Apply) a message
-// stored at ms is: a tick applies the idle rule at ms, a position arrives
-// at ms (its topic built in *topic, reused), and a wake-up is none (false).
-// The owner and every replay of the stream go through it.
-func entryOf(subject string, hdr nats.Header, data []byte, ms int64, topic *[]byte) (entry.Entry, bool) {
+// eachEntry calls fn with the entries of the partition's log that a
+// message stored at seq and ms holds, each with its line (lineOf): a
+// tick applies the idle rule at ms, a position arrives at ms (its topic
+// built in *topic, reused), a batch's positions arrive at ms in order,
+// and a wake-up is none. The owner and every replay of the stream go
+// through it. A batch that does not decode gives the positions before
+// the damage and an error.
+func eachEntry(subject string, hdr nats.Header, data []byte, seq uint64, ms int64, topic *[]byte, fn func(line uint64, e entry.Entry)) error {
 	switch kindOf(subject, hdr) {
 	case msgWake:
-		return entry.Entry{}, false
+		return nil
 	case msgTick:
-		return entry.Entry{Kind: entry.Tick, Arrival: ms}, true
+		fn(lineOf(seq, 0), entry.Entry{Kind: entry.Tick, Arrival: ms})
+		return nil
+	case msgBatch:
+		base := subject[:len(subject)-len(BatchToken)]
+		return eachBatchEntry(data, func(i int, token, payload []byte) {
+			*topic = appendMQTTTopic(appendMQTTTopic((*topic)[:0], base), token)
+			fn(lineOf(seq, i), entry.Entry{Kind: entry.Position, Arrival: ms, Topic: string(*topic), Payload: payload})
+		})
 	}
 	*topic = appendMQTTTopic((*topic)[:0], subject)
-	return entry.Entry{Kind: entry.Position, Arrival: ms, Topic: string(*topic), Payload: data}, true
+	fn(lineOf(seq, 0), entry.Entry{Kind: entry.Position, Arrival: ms, Topic: string(*topic), Payload: data})
+	return nil
 }
 
-// apply hands one message of the partition to the engine as an entry of
-// the partition's log (engine.Apply): a tick applies the idle rule at its
-// stream timestamp, a wake-up applies nothing, anything else is a
-// position arriving at its stream timestamp, its stream sequence the line
-// of a rejected record's key.
+// apply hands one message of the partition to the engine as entries of
+// the partition's log (engine.Apply, eachEntry), each line the key of its
+// rejected record and its lake row's index.
 func (t *term) apply(subject string, hdr nats.Header, data []byte, seq uint64, ts time.Time) {
 	ms := ts.UnixMilli()
-	e, ok := entryOf(subject, hdr, data, ms, &t.topicBuf)
-	if !ok {
-		t.last = seq
-		t.p.processed.Store(seq)
-		return
+	n := 0
+	err := eachEntry(subject, hdr, data, seq, ms, &t.topicBuf, func(line uint64, e entry.Entry) {
+		t.eng.Apply(line, e)
+		n++
+	})
+	if err != nil {
+		t.p.badBatches.Add(1)
+		t.p.env.log.Error("a batch of the positions stream does not decode; the positions before the damage are applied", "partition", t.p.n, "seq", seq, "err", err)
 	}
-	t.eng.Apply(seq, e)
 	t.last = seq
 	t.p.processed.Store(seq)
-	t.p.applied.Add(1)
-	t.p.lastTS.Store(ms)
+	if n > 0 {
+		t.p.applied.Add(uint64(n))
+		t.p.lastTS.Store(ms)
+	}
 }
 
 // sink publishes the term's results while its lease holds. Past the lease

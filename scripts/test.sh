@@ -90,5 +90,6 @@ fuzz ./bridge FuzzCourierKey
 fuzz ./bridge FuzzAppendCourierState
 fuzz ./lake FuzzReadFile
 fuzz ./lake FuzzDecodeSegment
+fuzz ./partition FuzzEachBatchEntry
 # An execution fills a polygon with H3 (~2 ms): fewer of them.
 FUZZTIME=${FUZZTIME:-3000x} fuzz ./geo FuzzParseArea

@@ -50,6 +50,9 @@ func (m *Mosquitto) URL() string { return m.b.URL() }
 // Addr is the broker's host:port.
 func (m *Mosquitto) Addr() string { return m.b.Addr() }
 
+// PID is the running broker's process id, or 0.
+func (m *Mosquitto) PID() int { return m.b.PID() }
+
 // Stop terminates the broker with SIGTERM, so it writes its persistence file,
 // and waits for it to exit. Stopping a stopped broker does nothing.
 func (m *Mosquitto) Stop() {

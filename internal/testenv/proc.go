@@ -129,25 +129,35 @@ const clockTick = 10 * time.Millisecond
 // CPU returns the CPU time the running process has used, user + system,
 // from /proc/PID/stat (10 ms resolution).
 func (p *Proc) CPU() (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Pid()))
+	d, err := CPUOf(p.Pid())
 	if err != nil {
 		return 0, fmt.Errorf("cpu of %s: %w", p.Name, err)
+	}
+	return d, nil
+}
+
+// CPUOf returns the CPU time process pid has used, user + system, from
+// /proc/PID/stat (10 ms resolution).
+func CPUOf(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
 	}
 	// The command name may hold spaces and parentheses: fields count from
 	// after its closing one, where field 3 (state) comes first.
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return 0, fmt.Errorf("cpu of %s: no command name in %q", p.Name, b)
+		return 0, fmt.Errorf("no command name in %q", b)
 	}
 	f := strings.Fields(string(b[i+1:]))
 	if len(f) < 13 {
-		return 0, errors.New("cpu of " + p.Name + ": short /proc stat line")
+		return 0, errors.New("short /proc stat line")
 	}
 	var ticks int64
 	for _, s := range f[11:13] { // utime, stime: fields 14 and 15
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("cpu of %s: %w", p.Name, err)
+			return 0, err
 		}
 		ticks += n
 	}
