@@ -112,10 +112,7 @@ func (l *relay) start(ctx context.Context, nc *nats.Conn) error {
 // handle publishes one message to its partition's subject; acks acks it
 // once stored.
 func (l *relay) handle(m *mqtt.Message) {
-	level := m.Topic[strings.LastIndexByte(m.Topic, '/')+1:]
-	token := strings.ReplaceAll(level, ".", "//") // as the gateway maps a '.' inside a level
-	subject := l.prefix + strconv.Itoa(PartitionOf(token, l.r.cfg.JetStream.Partitions)) + l.suffix + token
-	msg := &nats.Msg{Subject: subject, Data: m.Payload, Header: nats.Header{jetstream.MsgIDHeader: []string{positionID(m.Topic, m.Payload)}}}
+	msg := &nats.Msg{Subject: l.subjectOf(m.Topic), Data: m.Payload, Header: nats.Header{jetstream.MsgIDHeader: []string{positionID(m.Topic, m.Payload)}}}
 	ack, err := l.js.PublishMsgAsync(msg)
 	if err != nil {
 		ack = nil // acks sends it again
@@ -124,6 +121,14 @@ func (l *relay) handle(m *mqtt.Message) {
 	case l.pending <- relayed{msg: msg, ack: ack, m: m}:
 	case <-l.ctx.Done(): // not acked: the broker redelivers it to this session
 	}
+}
+
+// subjectOf is the subject of the partition a message on topic is stored
+// in: the courier's subject token in its partition.
+func (l *relay) subjectOf(topic string) string {
+	level := topic[strings.LastIndexByte(topic, '/')+1:]
+	token := strings.ReplaceAll(level, ".", "//") // as the gateway maps a '.' inside a level
+	return l.prefix + strconv.Itoa(PartitionOf(token, l.r.cfg.JetStream.Partitions)) + l.suffix + token
 }
 
 // acks acks the positions to the broker as the stream acks them, in

@@ -1,0 +1,39 @@
+package partition
+
+import (
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// BenchmarkRelaySubject is the relay's per-position work before the
+// publish: the courier's subject token and partition, the subject.
+func BenchmarkRelaySubject(b *testing.B) {
+	cfg := testConfig(b, "nats://127.0.0.1:4222", 6)
+	l := newRelay(&Runner{env: env{cfg: cfg, log: slog.New(slog.DiscardHandler)}})
+	topics := []string{"km0/girona/positions/girona-c0042", "km0/girona/positions/van.3"}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if l.subjectOf(topics[i&1]) == "" {
+			b.Fatal("no subject")
+		}
+	}
+}
+
+// BenchmarkEntryOf is the owner's per-position work before the engine:
+// the message's kind and the topic rebuilt from its subject.
+func BenchmarkEntryOf(b *testing.B) {
+	subjects := []string{"part.girona.3.girona-c0042", "part.girona.3.van//3"}
+	data := []byte(`{"courier":"girona-c0042","lat":41.98,"lon":2.82,"timestamp_ms":1726308298000}`)
+	hdr := nats.Header{"Nats-Msg-Id": []string{"x"}}
+	ms := time.Now().UnixMilli()
+	var topic []byte
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if _, ok := entryOf(subjects[i&1], hdr, data, ms, &topic); !ok {
+			b.Fatal("not a position")
+		}
+	}
+}
