@@ -18,6 +18,7 @@ import (
 	"github.com/km0/edgeproc/internal/backoff"
 	"github.com/km0/edgeproc/market"
 	"github.com/km0/edgeproc/mqtt"
+	"github.com/km0/edgeproc/position"
 )
 
 // The relay (jetstream.ingest: mqtt) is the positions' way into the
@@ -37,9 +38,11 @@ import (
 // while it keeps a plain persistent subscription's queue. A position
 // whose store fails (the stream without a leader while a node is lost) is
 // sent again until it is stored, and stays unacked meanwhile.
-// The partition is the one nats-server's mapping
-// partition(N, courier) gives, so the relay and the MQTT gateway put a
-// courier in the same partition.
+// The subject is the courier's topic level as the gateway writes it (the
+// last level, or with mqtt.format owntracks the USER or DEVICE level;
+// subject.go) in the partition nats-server's mapping partition(N, …)
+// gives for it, so the relay and the MQTT gateway put a courier in the
+// same partition.
 
 // relay is one instance's share of the market's MQTT subscription.
 type relay struct {
@@ -49,8 +52,16 @@ type relay struct {
 	src atomic.Pointer[mqtt.Source]
 
 	// prefix and suffix around the partition number in a position's
-	// subject (jetstream.subject without its last token).
+	// subject (jetstream.subject without its last token), and the
+	// partitions' numbers.
 	prefix, suffix string
+	numbers        []string
+	// filter and level name the topic level that is the courier
+	// (courierLevel): '+' number level of filter (mqtt.topic) with
+	// mqtt.format owntracks, the topic's last level (level -1) with
+	// edgeproc.
+	filter string
+	level  int
 
 	// pending carries, in receive order, the positions published and not
 	// yet acked by the stream, to the one goroutine (acks) that acks them
@@ -73,8 +84,17 @@ type relayed struct {
 func newRelay(r *Runner) *relay {
 	base := strings.TrimSuffix(r.cfg.JetStream.Subject, "*")
 	prefix, suffix, _ := strings.Cut(base, config.PartitionToken)
+	numbers := make([]string, r.cfg.JetStream.Partitions)
+	for n := range numbers {
+		numbers[n] = strconv.Itoa(n)
+	}
+	level := -1
+	if ec := market.EngineConfig(r.cfg); ec.Format == position.FormatOwnTracks {
+		level = ec.CourierLevel
+	}
 	return &relay{
-		r: r, log: r.log.With("ingest", "mqtt"), prefix: prefix, suffix: suffix,
+		r: r, log: r.log.With("ingest", "mqtt"), prefix: prefix, suffix: suffix, numbers: numbers,
+		filter: r.cfg.MQTT.Topic, level: level,
 		pending: make(chan relayed, mqtt.DefaultReceiveMaximum),
 	}
 }
@@ -123,12 +143,13 @@ func (l *relay) handle(m *mqtt.Message) {
 	}
 }
 
-// subjectOf is the subject of the partition a message on topic is stored
-// in: the courier's subject token in its partition.
+// subjectOf is the subject a message on topic is stored on: the
+// courier's token (subject.go) in the courier's partition. It allocates
+// only the subject.
 func (l *relay) subjectOf(topic string) string {
-	level := topic[strings.LastIndexByte(topic, '/')+1:]
-	token := strings.ReplaceAll(level, ".", "//") // as the gateway maps a '.' inside a level
-	return l.prefix + strconv.Itoa(PartitionOf(token, l.r.cfg.JetStream.Partitions)) + l.suffix + token
+	var buf [maxToken]byte
+	token := appendToken(buf[:0], courierLevel(topic, l.filter, l.level))
+	return l.prefix + l.numbers[partitionOf(token, len(l.numbers))] + l.suffix + string(token)
 }
 
 // acks acks the positions to the broker as the stream acks them, in
@@ -206,10 +227,17 @@ func (l *relay) ready() string {
 // subject mapping partition(n, …) gives for the courier's subject token
 // (FNV-1a, 32 bits, modulo n), so the relay and the MQTT gateway's mapping
 // agree.
-func PartitionOf(courierToken string, n int) int {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(courierToken))
-	return int(h.Sum32() % uint32(n))
+func PartitionOf(courierToken string, n int) int { return partitionOf(courierToken, n) }
+
+// partitionOf is PartitionOf for a token as a string or bytes, without
+// allocating.
+func partitionOf[T string | []byte](token T, n int) int {
+	h := uint32(2166136261) // FNV-1a, 32 bits: offset basis and prime
+	for i := 0; i < len(token); i++ {
+		h ^= uint32(token[i])
+		h *= 16777619
+	}
+	return int(h % uint32(n))
 }
 
 // positionID identifies a position for the stream's duplicate window: the same

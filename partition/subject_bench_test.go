@@ -1,7 +1,6 @@
 package partition
 
 import (
-	"log/slog"
 	"testing"
 	"time"
 
@@ -9,16 +8,29 @@ import (
 )
 
 // BenchmarkRelaySubject is the relay's per-position work before the
-// publish: the courier's subject token and partition, the subject.
+// publish: the courier's level and token, its partition, the subject; for
+// each format, half of the couriers with a '.' (escaped).
 func BenchmarkRelaySubject(b *testing.B) {
-	cfg := testConfig(b, "nats://127.0.0.1:4222", 6)
-	l := newRelay(&Runner{env: env{cfg: cfg, log: slog.New(slog.DiscardHandler)}})
-	topics := []string{"km0/girona/positions/girona-c0042", "km0/girona/positions/van.3"}
-	b.ReportAllocs()
-	for i := 0; b.Loop(); i++ {
-		if l.subjectOf(topics[i&1]) == "" {
-			b.Fatal("no subject")
-		}
+	for _, bb := range []struct {
+		format string
+		topics [2]string
+	}{
+		{"edgeproc", [2]string{"km0/girona/positions/girona-c0042", "km0/girona/positions/van.3"}},
+		{"owntracks", [2]string{"owntracks/girona-c0042/phone", "owntracks/van.3/phone"}},
+	} {
+		b.Run(bb.format, func(b *testing.B) {
+			cfg := testConfig(b, "nats://127.0.0.1:4222", 6)
+			if bb.format == "owntracks" {
+				cfg.MQTT.Format, cfg.MQTT.Topic = "owntracks", "owntracks/+/+"
+			}
+			l := newRelay(&Runner{env: env{cfg: cfg, log: discard}})
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				if l.subjectOf(bb.topics[i&1]) == "" {
+					b.Fatal("no subject")
+				}
+			}
+		})
 	}
 }
 
