@@ -153,21 +153,24 @@ func TestOwnTracks_PartitionsEqualTheMQTTSource(t *testing.T) {
 					t.Error(d)
 				}
 			}
-			var badCourier, janeDoe, missingLat int
+			var badCourier, janeDoe, tick, missingLat int
 			for _, r := range got {
 				switch {
 				case strings.Contains(r, `"reason":"bad_courier"`):
 					badCourier++
 				case strings.Contains(r, `"type":"distance"`) && strings.Contains(r, `"courier":"jane.doe"`):
 					janeDoe++
+				case strings.Contains(r, `"type":"distance"`) && strings.Contains(r, `"courier":"_tick"`):
+					tick++
 				case strings.Contains(r, `"reason":"missing_field","field":"lat"`):
 					missingLat++
 				}
 			}
 			// The odd names' locations and any of the fleet's couriers
 			// that is no courier id, once each.
-			if want := badCouriers(cfg, topicOf); badCourier != want || janeDoe == 0 || missingLat != 1 {
-				t.Errorf("%d bad_courier, %d distance results of jane.doe, %d missing lat; want %d, some, 1", badCourier, janeDoe, missingLat, want)
+			if want := badCouriers(cfg, topicOf); badCourier != want || janeDoe == 0 || tick == 0 || missingLat != 1 {
+				t.Errorf("%d bad_courier, %d distance results of jane.doe and %d of _tick, %d missing lat; want %d, some, some, 1",
+					badCourier, janeDoe, tick, missingLat, want)
 			}
 			if stats.Ignored["lwt"] != 1 {
 				t.Errorf("the replay ignored %d last wills, want 1", stats.Ignored["lwt"])

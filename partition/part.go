@@ -30,8 +30,9 @@ const (
 	// together with the subject's last token TickToken it tells a tick
 	// from a position.
 	TickHeader = "Edgeproc-Tick"
-	// TickToken is the last subject token of a tick. It cannot be a courier
-	// id (no '_' in them), so a courier never shares a tick's subject.
+	// TickToken is the last subject token of a tick. It is a courier id
+	// too ('_' is a courier character): such a courier's positions may
+	// share a tick's subject, and the header tells them apart (kindOf).
 	TickToken = "_tick"
 	// WakeValue, as a tick's TickHeader, makes it a wake-up: a message a
 	// standby publishes into a partition without owner only so that the
