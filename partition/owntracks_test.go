@@ -291,7 +291,7 @@ func TestOwnTracksMapping_AgreesWithTheRelay(t *testing.T) {
 			}
 			cfg := testConfig(t, cl.URL(), partitions)
 			cfg.MQTT.Format, cfg.MQTT.Topic, cfg.MQTT.OwnTracksCourier = "owntracks", "owntracks/+/+", by
-			l := newRelay(&Runner{env: env{cfg: cfg, log: discard}})
+			l := bareRelay(cfg)
 			var topics []string
 			for i := range 60 {
 				for _, other := range []string{"phone", "tablet.2", "Pixel-7"} {

@@ -23,7 +23,7 @@ func BenchmarkRelaySubject(b *testing.B) {
 			if bb.format == "owntracks" {
 				cfg.MQTT.Format, cfg.MQTT.Topic = "owntracks", "owntracks/+/+"
 			}
-			l := newRelay(&Runner{env: env{cfg: cfg, log: discard}})
+			l := bareRelay(cfg)
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
 				if l.subjectOf(bb.topics[i&1]) == "" {

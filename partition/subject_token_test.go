@@ -26,6 +26,12 @@ var oddLevels = []string{
 // discard is a logger for parts built by hand.
 var discard = slog.New(slog.DiscardHandler)
 
+// bareRelay is the relay of a runner of cfg that is neither set up nor
+// started: for its subjects (subjectOf).
+func bareRelay(cfg config.Config) *relay {
+	return newRelay(&Runner{env: env{cfg: cfg, log: discard}})
+}
+
 // validToken reports why tok is not one literal token of a NATS subject
 // that edgeproc may write, or "".
 func validToken(tok string) string {
@@ -148,7 +154,7 @@ func TestCourierLevel_RelayKeepsTheCourier(t *testing.T) {
 			if err := cfg.Validate(); err != nil {
 				t.Fatal(err)
 			}
-			l := newRelay(&Runner{env: env{cfg: cfg, log: discard}})
+			l := bareRelay(cfg)
 			want := fmt.Sprintf("part.girona.%d.%s", PartitionOf(tt.subject, 6), tt.subject)
 			if got := l.subjectOf(tt.topic); got != want {
 				t.Errorf("subjectOf(%q) = %q, want %q", tt.topic, got, want)
@@ -168,7 +174,7 @@ func TestOwnTracksSubject_JudgedAsOnTheMQTTTopic(t *testing.T) {
 		t.Run(by, func(t *testing.T) {
 			cfg := testConfig(t, "nats://127.0.0.1:4222", 3)
 			cfg.MQTT.Format, cfg.MQTT.Topic, cfg.MQTT.OwnTracksCourier = "owntracks", "owntracks/+/+", by
-			l := newRelay(&Runner{env: env{cfg: cfg, log: discard}})
+			l := bareRelay(cfg)
 			var topics []string
 			for _, name := range append([]string{""}, oddLevels...) {
 				if !strings.ContainsAny(name, "\x00") && utf8.ValidString(name) {
