@@ -30,8 +30,12 @@ type JetStream struct {
 	// Subject is the subject pattern of one partition's positions (yaml
 	// subject): dot-separated tokens, one of them exactly "{partition}"
 	// (the partition number, 0 to Partitions-1) and the last one "*" (the
-	// courier id). It must agree with the server's subject mapping, e.g.
-	// "km0.*.positions.*": "part.{{wildcard(1)}}.{{partition(4,2)}}.{{wildcard(2)}}".
+	// courier: the topic level that names it, the last one or with
+	// mqtt.format owntracks the USER or DEVICE level). It must agree with
+	// the server's subject mapping, e.g.
+	// "km0.*.positions.*": "part.{{wildcard(1)}}.{{partition(4,2)}}.{{wildcard(2)}}",
+	// or for OwnTracks by USER
+	// "owntracks.*.*": "part.girona.{{partition(4,1)}}.{{wildcard(1)}}".
 	// Default "part.MARKET.{partition}.*".
 	Subject string
 	// Partitions is the number of partitions, the N of the mapping's

@@ -65,11 +65,6 @@ func (c Config) validate() []*FieldError {
 					fmt.Sprintf("must be 0 (no age bound) or at least %s (1h and 10 × state.checkpoint_interval): a new owner replays the positions stream from the last recorded checkpoint", need))
 			}
 		}
-		if c.MQTT.Format == "owntracks" {
-			// A partition's subject keeps only the topic's last level,
-			// so USER could not be told from DEVICE.
-			v.add("mqtt.format", c.MQTT.Format, ErrInvalid, "is not supported with source jetstream (partitions keep only the topic's last level): use source mqtt")
-		}
 	}
 	c.MQTT.validate(&v)
 	c.NATS.validate(&v)

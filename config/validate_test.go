@@ -380,7 +380,15 @@ func TestValidate_TimezoneFormatLake(t *testing.T) {
 		{"owntracks shared", func(c *Config) { c.MQTT.Format, c.MQTT.Topic = "owntracks", "$share/edge/owntracks/+/+" }, ""},
 		{"owntracks partitioned", func(c *Config) {
 			c.MQTT.Format, c.MQTT.Topic, c.Source, c.JetStream = "owntracks", "owntracks/+/+", "jetstream", jetStreamDefaults("GIRONA", "girona")
-		}, "mqtt.format"},
+		}, ""},
+		{"owntracks partitioned by device", func(c *Config) {
+			c.MQTT.Format, c.MQTT.OwnTracksCourier, c.MQTT.Topic = "owntracks", "device", "owntracks/+/+"
+			c.Source, c.JetStream = "jetstream", jetStreamDefaults("GIRONA", "girona")
+		}, ""},
+		{"owntracks partitioned by device, one level", func(c *Config) {
+			c.MQTT.Format, c.MQTT.OwnTracksCourier, c.MQTT.Topic = "owntracks", "device", "owntracks/+/phone"
+			c.Source, c.JetStream = "jetstream", jetStreamDefaults("GIRONA", "girona")
+		}, "mqtt.topic"},
 		{"unknown format", func(c *Config) { c.MQTT.Format = "traccar" }, "mqtt.format"},
 		{"unknown level", func(c *Config) { c.MQTT.OwnTracksCourier = "tid" }, "mqtt.owntracks_courier"},
 		{"lake kept 30 days", func(c *Config) { c.Lake.Dir, c.Lake.Retention = "/lake", 720*time.Hour }, ""},

@@ -30,8 +30,9 @@ const (
 	// together with the subject's last token TickToken it tells a tick
 	// from a position.
 	TickHeader = "Edgeproc-Tick"
-	// TickToken is the last subject token of a tick. It cannot be a courier
-	// id (no '_' in them), so a courier never shares a tick's subject.
+	// TickToken is the last subject token of a tick. It is a courier id
+	// too ('_' is a courier character): such a courier's positions may
+	// share a tick's subject, and the header tells them apart (kindOf).
 	TickToken = "_tick"
 	// WakeValue, as a tick's TickHeader, makes it a wake-up: a message a
 	// standby publishes into a partition without owner only so that the
@@ -120,13 +121,17 @@ func fetchWait(j config.JetStream) time.Duration { return min(j.PinTTL/5, 2*time
 func deafGap(j config.JetStream) time.Duration { return 4 * fetchWait(j) }
 
 // EngineConfig is the engine configuration of partition n of a market:
-// the market's windows and limits, the partition's subjects as its topic
-// filter and its deaf-gap rule. An owner and anything replaying the
-// partition's stream (a test, an operator's check) use it alike.
+// the market's windows, limits and input format, the partition's subjects
+// as its topic filter and its deaf-gap rule. An owner and anything
+// replaying the partition's stream (a test, an operator's check) use it
+// alike.
 func EngineConfig(cfg config.Config, n int) engine.Config {
 	ecfg := market.EngineConfig(cfg)
 	subject := cfg.JetStream.PartitionSubject(n)
 	ecfg.Topic = natsToMQTT(subject[:len(subject)-1]) + "+"
+	// The subject's last token is the courier's topic level (subject.go),
+	// with OwnTracks too: the filter's only '+'.
+	ecfg.CourierLevel = 0
 	// A partition's engine sees its own couriers only: its dead zones
 	// would be a part of the market's, under the market's keys.
 	ecfg.DeadZoneWindow = 0

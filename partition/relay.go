@@ -18,6 +18,7 @@ import (
 	"github.com/km0/edgeproc/internal/backoff"
 	"github.com/km0/edgeproc/market"
 	"github.com/km0/edgeproc/mqtt"
+	"github.com/km0/edgeproc/position"
 )
 
 // The relay (jetstream.ingest: mqtt) is the positions' way into the
@@ -36,9 +37,11 @@ import (
 // while it keeps a plain persistent subscription's queue. A position
 // whose store fails (the stream without a leader while a node is lost) is
 // sent again until it is stored, and stays unacked meanwhile.
-// The partition is the one nats-server's mapping
-// partition(N, courier) gives, so the relay and the MQTT gateway put a
-// courier in the same partition.
+// The subject is the courier's topic level as the gateway writes it (the
+// last level, or with mqtt.format owntracks the USER or DEVICE level;
+// subject.go) in the partition nats-server's mapping partition(N, …)
+// gives for it, so the relay and the MQTT gateway put a courier in the
+// same partition.
 
 // relay is the market's MQTT subscription, on the instance holding the
 // relay lease: one per lease term.
@@ -49,8 +52,16 @@ type relay struct {
 	src atomic.Pointer[mqtt.Source]
 
 	// prefix and suffix around the partition number in a position's
-	// subject (jetstream.subject without its last token).
+	// subject (jetstream.subject without its last token), and the
+	// partitions' numbers.
 	prefix, suffix string
+	numbers        []string
+	// filter and level name the topic level that is the courier
+	// (courierLevel): '+' number level of filter (mqtt.topic) with
+	// mqtt.format owntracks, the topic's last level (level -1) with
+	// edgeproc.
+	filter string
+	level  int
 
 	// in carries the received messages, in receive order, to the
 	// batcher (batches); pending carries them, with their batch, to the
@@ -134,8 +145,17 @@ func batchID(body []byte) string {
 func newRelay(r *Runner) *relay {
 	base := strings.TrimSuffix(r.cfg.JetStream.Subject, "*")
 	prefix, suffix, _ := strings.Cut(base, config.PartitionToken)
+	numbers := make([]string, r.cfg.JetStream.Partitions)
+	for n := range numbers {
+		numbers[n] = strconv.Itoa(n)
+	}
+	level := -1
+	if ec := market.EngineConfig(r.cfg); ec.Format == position.FormatOwnTracks {
+		level = ec.CourierLevel
+	}
 	return &relay{
-		r: r, log: r.log.With("ingest", "mqtt"), prefix: prefix, suffix: suffix, counts: &r.lease.counts,
+		r: r, log: r.log.With("ingest", "mqtt"), prefix: prefix, suffix: suffix, numbers: numbers, counts: &r.lease.counts,
+		filter: r.cfg.MQTT.Topic, level: level,
 		in: make(chan inbound, mqtt.DefaultReceiveMaximum), pending: make(chan relayed, mqtt.DefaultReceiveMaximum),
 	}
 }
@@ -183,12 +203,12 @@ func (l *relay) handle(m *mqtt.Message) {
 	}
 }
 
-// route is a message's partition and the subject token the gateway would
-// give its courier level.
+// route is a message's partition and its courier's token (subject.go):
+// the token in the courier's partition. It allocates only the token.
 func (l *relay) route(topic string) (int, string) {
-	level := topic[strings.LastIndexByte(topic, '/')+1:]
-	token := strings.ReplaceAll(level, ".", "//") // as the gateway maps a '.' inside a level
-	return PartitionOf(token, l.r.cfg.JetStream.Partitions), token
+	var buf [maxToken]byte
+	token := appendToken(buf[:0], courierLevel(topic, l.filter, l.level))
+	return partitionOf(token, len(l.numbers)), string(token)
 }
 
 // batches puts the positions into their partitions' batches, in receive
@@ -255,7 +275,7 @@ func (l *relay) store(b *batch) {
 		b.prev = nil // not kept alive by the chain
 	}
 	msg := &nats.Msg{
-		Subject: l.prefix + strconv.Itoa(b.part) + l.suffix + BatchToken,
+		Subject: l.prefix + l.numbers[b.part] + l.suffix + BatchToken,
 		Data:    b.body,
 		Header:  nats.Header{jetstream.MsgIDHeader: []string{batchID(b.body)}},
 	}
@@ -340,10 +360,17 @@ func (l *relay) ready() string {
 // subject mapping partition(n, …) gives for the courier's subject token
 // (FNV-1a, 32 bits, modulo n), so the relay and the MQTT gateway's mapping
 // agree.
-func PartitionOf(courierToken string, n int) int {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(courierToken))
-	return int(h.Sum32() % uint32(n))
+func PartitionOf(courierToken string, n int) int { return partitionOf(courierToken, n) }
+
+// partitionOf is PartitionOf for a token as a string or bytes, without
+// allocating.
+func partitionOf[T string | []byte](token T, n int) int {
+	h := uint32(2166136261) // FNV-1a, 32 bits: offset basis and prime
+	for i := 0; i < len(token); i++ {
+		h ^= uint32(token[i])
+		h *= 16777619
+	}
+	return int(h % uint32(n))
 }
 
 // positionID identifies a position for the stream's duplicate window: the same

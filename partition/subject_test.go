@@ -14,6 +14,15 @@ func TestNATSToMQTT(t *testing.T) {
 		{"a", "a"},
 		{"a.b//c//d.e", "a/b.c.d/e"},
 		{"x/y", "x/y"},
+		// Escapes of odd levels (appendToken); a lone '/' (the gateway's
+		// empty level) and one without two upper-case hex digits stay.
+		{"part.girona.3.jane/20doe", "part/girona/3/jane doe"},
+		{"part.girona.3./2A", "part/girona/3/*"},
+		{"part.girona.3./", "part/girona/3//"},
+		{"part.girona.3.a/2", "part/girona/3/a/2"},
+		{"part.girona.3.a/2f", "part/girona/3/a/2f"},
+		{"part.girona.3.////", "part/girona/3/.."},
+		{"part.girona.3.///20", "part/girona/3/. "},
 	} {
 		if got := natsToMQTT(tt.subject); got != tt.topic {
 			t.Errorf("natsToMQTT(%q) = %q, want %q", tt.subject, got, tt.topic)
