@@ -77,6 +77,10 @@ type Checkpoints struct {
 	// checkpoint is saved only once those rows are staged, so that none
 	// between the lake's last file and the checkpoint is lost in a crash.
 	Lake *lake.Feed
+	// LakeIndex, when set, maps a checkpoint's tag to the lake's row
+	// index space (the last row a tag covers), where the source's log
+	// lines are not its tags (a partition's batches). Default: the same.
+	LakeIndex func(tag uint64) uint64
 	// saving is the tag of the checkpoint being saved, for flush.
 	saving uint64
 	// jobs has capacity 1 and the Checkpointer admits one checkpoint from
@@ -108,7 +112,7 @@ func NewCheckpoints(flush func(context.Context) error, store checkpoint.Saver, t
 		if err := flush(ctx); err != nil || c.Lake == nil {
 			return err
 		}
-		return c.Lake.Staged(ctx, c.saving)
+		return c.Lake.Staged(ctx, c.lakeIndex(c.saving))
 	}, store, tag)
 	idle := make(chan struct{})
 	close(idle)
@@ -217,6 +221,13 @@ func (c *Checkpoints) SaveFinal(ctx context.Context) {
 // cut ends the lake's staging segment at a barrier's tag.
 func (c *Checkpoints) cut(tag uint64) {
 	if c.Lake != nil {
-		c.Lake.Cut(tag)
+		c.Lake.Cut(c.lakeIndex(tag))
 	}
+}
+
+func (c *Checkpoints) lakeIndex(tag uint64) uint64 {
+	if c.LakeIndex == nil {
+		return tag
+	}
+	return c.LakeIndex(tag)
 }
