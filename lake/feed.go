@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 )
@@ -34,7 +35,7 @@ import (
 type Feed struct {
 	w      *Writer
 	o      Options
-	dir    string        // the staging folder
+	dirs   []string      // the staging folders: lake.dir's, then the spill's
 	skipTo uint64        // rows at or below it are in files (set by Start)
 	every  time.Duration // the Writer's tick
 
@@ -58,6 +59,7 @@ type Feed struct {
 	staged   uint64        // every row at or below it is staged or in a file
 	stagedCh chan struct{} // closed when staged moves
 	stageErr error         // the last staging write's, nil once one succeeds
+	spillErr error         // why the last segment went to the spill folder, nil once one did not
 	stats    FeedStats
 }
 
@@ -80,14 +82,19 @@ func OpenFeed(o Options) (*Feed, error) {
 		return nil, err
 	}
 	f := &Feed{
-		w: w, o: w.o, dir: StagingDir(w.o.Dir, w.o.Market),
+		w: w, o: w.o, dirs: []string{StagingDir(w.o.Dir, w.o.Market)},
 		every: min(max(w.o.RollInterval/10, 10*time.Millisecond), time.Second),
 		segs:  make(chan segment, 2), free: make(chan []byte, 3),
 		quit: make(chan struct{}), done: make(chan struct{}), stagedCh: make(chan struct{}),
 	}
-	if err := mkdirSynced(f.dir); err != nil {
-		w.Close(context.Background())
-		return nil, fmt.Errorf("lake: %w", err)
+	if o.SpillDir != "" {
+		f.dirs = append(f.dirs, o.SpillDir)
+	}
+	for _, d := range f.dirs {
+		if err := mkdirSynced(d); err != nil {
+			w.Close(context.Background())
+			return nil, fmt.Errorf("lake: %w", err)
+		}
 	}
 	return f, nil
 }
@@ -102,19 +109,28 @@ func (f *Feed) CheckLog(last uint64) error { return f.w.CheckLog(last) }
 // Writer before any row Add takes from now on.
 func (f *Feed) Start(tag uint64) error {
 	durable := f.w.skipTo
-	segs, tmps, err := listSegments(f.dir, f.o.Prefix)
-	if err != nil {
-		return fmt.Errorf("lake: staging: %w", err)
-	}
-	for _, n := range tmps {
-		if err := removeFile(filepath.Join(f.dir, n)); err != nil {
+	var segs []segment
+	for _, d := range f.dirs {
+		ss, tmps, err := listSegments(d, f.o.Prefix)
+		if err != nil {
 			return fmt.Errorf("lake: staging: %w", err)
 		}
+		for _, n := range tmps {
+			if err := removeFile(filepath.Join(d, n)); err != nil {
+				return fmt.Errorf("lake: staging: %w", err)
+			}
+		}
+		segs = append(segs, ss...)
 	}
-	for _, s := range segs {
+	slices.SortStableFunc(segs, func(a, b segment) int { return cmpU(a.first, b.first) })
+	var err error
+	for i, s := range segs {
 		switch {
-		case s.last <= durable || s.first > tag:
-			err = removeFile(filepath.Join(f.dir, s.name(f.o.Prefix)))
+		case s.last <= durable || s.first > tag || i > 0 && s.first == segs[i-1].first:
+			// All in files; or past tag, which the source's log replays;
+			// or the same rows twice (a crash between a spill and its
+			// removal: the first copy is kept).
+			err = removeFile(s.path(f.o.Prefix))
 		case s.last > tag:
 			// Cut at a barrier, a segment ends at every checkpoint's tag;
 			// one across tag is another checkpoint's (a newer one that
@@ -144,13 +160,13 @@ func (f *Feed) Start(tag uint64) error {
 
 // truncateSegment rewrites the segment s as the rows at or below tag.
 func (f *Feed) truncateSegment(s *segment, tag uint64) error {
-	path := filepath.Join(f.dir, s.name(f.o.Prefix))
+	path := s.path(f.o.Prefix)
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
 	out := []byte(segmentMagic)
-	kept := segment{first: s.first, last: tag}
+	kept := segment{first: s.first, last: tag, dir: s.dir}
 	prev := s.first - 1
 	err = decodeSegment(data, s.first, func(r *Row) error {
 		if r.Index <= tag {
@@ -166,7 +182,7 @@ func (f *Feed) truncateSegment(s *segment, tag uint64) error {
 	if kept.rows > 0 {
 		data := sealSegment(out)
 		kept.size = int64(len(data))
-		if err := writeSegment(f.dir, f.o.Prefix, &kept, data); err != nil {
+		if err := writeSegment(f.o.Prefix, &kept, data); err != nil {
 			return err
 		}
 		f.disk = append(f.disk, kept)
@@ -241,10 +257,13 @@ func (f *Feed) Staged(ctx context.Context, tag uint64) error {
 // or the Writer is behind (Writer.Behind). For /readyz.
 func (f *Feed) Behind() error {
 	f.mu.Lock()
-	err := f.stageErr
+	err, spill := f.stageErr, f.spillErr
 	f.mu.Unlock()
-	if err != nil {
-		return fmt.Errorf("lake staging %s: writing failed, retrying: %w", f.dir, err)
+	switch {
+	case err != nil:
+		return fmt.Errorf("lake staging %s: writing failed, retrying: %w", f.dirs[0], err)
+	case spill != nil:
+		return fmt.Errorf("lake staging %s: writing failed, staging in %s meanwhile: %w", f.dirs[0], f.dirs[1], spill)
 	}
 	return f.w.Behind()
 }
@@ -331,10 +350,22 @@ func (f *Feed) finish(tick <-chan time.Time) {
 // stage writes a cut segment, then appends its rows when the Writer has
 // taken every earlier one.
 func (f *Feed) stage(s *segment) error {
+	var spill error
 	if s.rows > 0 {
 		err := f.o.fence()
 		if err == nil {
-			err = writeSegment(f.dir, f.o.Prefix, s, s.data)
+			for i, d := range f.dirs {
+				s.dir = d
+				if err = writeSegment(f.o.Prefix, s, s.data); err == nil {
+					break
+				}
+				if i == 0 {
+					spill = err // lake.dir's; the spill folder next, if any
+				}
+			}
+			if err != nil {
+				spill = nil
+			}
 		}
 		if err != nil {
 			f.mu.Lock()
@@ -352,6 +383,18 @@ func (f *Feed) stage(s *segment) error {
 	f.mu.Lock()
 	if f.stageErr != nil {
 		f.o.Logger.Info("lake: staging works again", "market", f.o.Market, "series", f.o.Prefix)
+	}
+	if spill != nil {
+		if f.spillErr == nil {
+			f.o.Logger.Error("lake: staging in lake.dir failed; staging in the spill folder meanwhile", "market", f.o.Market, "series", f.o.Prefix, "spill", f.dirs[1], "err", spill)
+		}
+		f.stats.StageErrors++
+		f.stats.LastStageError = spill.Error()
+	} else if s.rows > 0 && f.spillErr != nil {
+		f.o.Logger.Info("lake: staging in lake.dir works again", "market", f.o.Market, "series", f.o.Prefix)
+	}
+	if s.rows > 0 {
+		f.spillErr = spill
 	}
 	f.stageErr = nil
 	f.staged = s.last
@@ -409,7 +452,7 @@ func (f *Feed) appendSegment(s *segment) error {
 	data := s.data
 	if data == nil {
 		var err error
-		if data, err = os.ReadFile(filepath.Join(f.dir, s.name(f.o.Prefix))); err != nil {
+		if data, err = os.ReadFile(s.path(f.o.Prefix)); err != nil {
 			return err
 		}
 	}
@@ -442,7 +485,7 @@ func (f *Feed) prune() {
 	for n < f.next && f.disk[n].last <= durable {
 		s := &f.disk[n]
 		if s.rows != 0 {
-			if err := removeFile(filepath.Join(f.dir, s.name(f.o.Prefix))); err != nil {
+			if err := removeFile(s.path(f.o.Prefix)); err != nil {
 				f.o.Logger.Warn("lake: staged segment not deleted; the next start does", "err", err)
 			}
 			f.mu.Lock()

@@ -218,3 +218,61 @@ func TestFeed_FencedWritesNothing(t *testing.T) {
 		t.Errorf("a fenced feed wrote %v", files)
 	}
 }
+
+// TestFeed_FullLakeDiskSpills: with lake.dir's disk full, staging goes to
+// the spill folder (the write-ahead log's disk) at once: the checkpoint
+// does not wait, Behind says so; a restart finds the spilled segments;
+// once lake.dir has room, every row is in the lake once and no staging
+// is left in either folder.
+func TestFeed_FullLakeDiskSpills(t *testing.T) {
+	mnt := testenv.Tmpfs(t, "256k")
+	dir := filepath.Join(mnt, "lake")
+	spill := filepath.Join(t.TempDir(), "spill")
+	o := lake.Options{Dir: dir, Market: "m", RollInterval: 50 * time.Millisecond, SpillDir: spill}
+	f := openFeed(t, o, 0)
+	pad, err := os.Create(filepath.Join(mnt, "pad"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pad.Write(make([]byte, 220<<10))
+	pad.Close()
+	log := feedLog(20000)
+	for i := range log {
+		log[i].Courier = []byte(fmt.Sprintf("courier-with-a-long-id-%d", i%500))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	next := 0
+	stage := func(to uint64) {
+		for ; next < len(log) && log[next].Index <= to; next++ {
+			f.Add(&log[next])
+		}
+		f.Cut(to)
+		if err := f.Staged(ctx, to); err != nil {
+			t.Fatalf("staging to %d with lake.dir full: %v; want it spilled", to, err)
+		}
+	}
+	stage(8000)
+	if b := f.Behind(); b == nil || !strings.Contains(b.Error(), "staging in "+spill) {
+		t.Errorf("Behind while spilling: %v", b)
+	}
+	if segs, _ := filepath.Glob(filepath.Join(spill, "*.rows")); len(segs) != 1 {
+		t.Fatalf("spill folder holds %v, want the one segment", segs)
+	}
+	f.Kill()
+	f = openFeed(t, o, 8000)
+	if s := f.Stats(); s.StagedSegments != 1 {
+		t.Errorf("after a restart: %d staged segments, want the spilled one", s.StagedSegments)
+	}
+	os.Remove(filepath.Join(mnt, "pad"))
+	testenv.ResizeTmpfs(t, mnt, "64m")
+	stage(20000)
+	testenv.WaitFor(t, 30*time.Second, "Behind clears", func() bool { return f.Behind() == nil })
+	closeFeed(t, f)
+	checkOnce(t, readLake(t, dir, "m"), log, time.UTC)
+	for _, d := range []string{spill, lake.StagingDir(dir, "m")} {
+		if segs, _ := filepath.Glob(filepath.Join(d, "*")); len(segs) > 0 {
+			t.Errorf("staging left in %s after a clean close: %v", d, segs)
+		}
+	}
+}

@@ -70,7 +70,10 @@ type segment struct {
 	data        []byte // the encoded file; nil once dropped from memory
 	size        int64  // the file's
 	rows        int
+	dir         string // the folder of its file
 }
+
+func (s *segment) path(prefix string) string { return filepath.Join(s.dir, s.name(prefix)) }
 
 func (s *segment) name(prefix string) string { return segmentName(prefix, s.first, s.last) }
 
@@ -193,7 +196,7 @@ func listSegments(dir, prefix string) (segs []segment, tmps []string, err error)
 			continue
 		}
 		if first, last, ok := parseSegment(prefix, n); ok && e.Type().IsRegular() {
-			s := segment{first: first, last: last, rows: -1} // rows unknown, some
+			s := segment{first: first, last: last, rows: -1, dir: dir} // rows unknown, some
 			if info, err := e.Info(); err == nil {
 				s.size = info.Size()
 			}
@@ -204,9 +207,9 @@ func listSegments(dir, prefix string) (segs []segment, tmps []string, err error)
 	return segs, tmps, nil
 }
 
-// writeSegment writes data as the segment s of series prefix in dir.
-func writeSegment(dir, prefix string, s *segment, data []byte) error {
-	_, err := writeAtomic(filepath.Join(dir, s.name(prefix)), func(w io.Writer) error {
+// writeSegment writes data as the segment s of series prefix in s.dir.
+func writeSegment(prefix string, s *segment, data []byte) error {
+	_, err := writeAtomic(s.path(prefix), func(w io.Writer) error {
 		_, err := w.Write(data)
 		return err
 	})

@@ -81,6 +81,12 @@ type Options struct {
 	// whose lease is ending must not write the series its successor
 	// writes next.
 	Fence func() error
+	// SpillDir, for a Feed, is where staging segments go while lake.dir
+	// cannot take them (a full disk): the write-ahead log's disk, so
+	// that the lake holds back the intake no more than the log itself
+	// would. Empty: none, a failed staging write is retried and the
+	// source waits.
+	SpillDir string
 }
 
 func (o Options) fence() error {

@@ -52,15 +52,16 @@ type lakes struct {
 }
 
 // OpenLake opens the market's lake series prefix ("" for the MQTT
-// source, "pN-" for partition N), fenced by fence when set; nil without
-// lake.dir. The source starts it (Feed.Start) once its engine is
+// source, "pN-" for partition N), fenced by fence when set, staging in
+// spill while lake.dir cannot (lake.Options.SpillDir; "": none); nil
+// without lake.dir. The source starts it (Feed.Start) once its engine is
 // restored, and closes it with CloseLake.
-func (m *Market) OpenLake(prefix string, fence func() error) (*lake.Feed, error) {
+func (m *Market) OpenLake(prefix string, fence func() error, spill string) (*lake.Feed, error) {
 	if m.cfg.Lake.Dir == "" {
 		return nil, nil
 	}
 	o := LakeOptions(m.cfg, m.log)
-	o.Prefix, o.Fence = prefix, fence
+	o.Prefix, o.Fence, o.SpillDir = prefix, fence, spill
 	f, err := lake.OpenFeed(o)
 	if err != nil {
 		return nil, err

@@ -21,6 +21,7 @@ import (
 const (
 	walDir        = "wal"
 	checkpointDir = "checkpoints"
+	lakeSpillDir  = "lake-staging" // the lake's staging while lake.dir cannot take it
 )
 
 // ckptState is the source's checkpointing: the shell's driver over the

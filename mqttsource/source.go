@@ -52,6 +52,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"path/filepath"
 	"sync/atomic"
 	"time"
 
@@ -183,7 +184,9 @@ func (s *Source) Run(ctx context.Context, m *market.Market) error {
 	ecfg.OnPosition = out.Position
 	ecfg.OnForget = out.Forget
 	ecfg.OnSide = out.Side
-	feed, err := m.OpenLake("", nil)
+	// Staging spills to state.dir while lake.dir cannot take it: the
+	// lake then holds the intake back only where the log itself would.
+	feed, err := m.OpenLake("", nil, filepath.Join(s.cfg.State.Dir, lakeSpillDir))
 	if err != nil {
 		return err
 	}

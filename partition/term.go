@@ -104,7 +104,9 @@ func (p *part) claim(ctx context.Context, pin string, sent time.Time) (*term, er
 // at seq, the claimed checkpoint's sequence; its rows' indexes are lines
 // (lineOf).
 func (t *term) openLake(seq uint64) error {
-	f, err := t.p.env.mkt.OpenLake(fmt.Sprintf("p%d-", t.p.n), t.leased)
+	// No spill folder: an owner whose staging fails stops pulling, and
+	// the positions wait in the stream, the partition's log.
+	f, err := t.p.env.mkt.OpenLake(fmt.Sprintf("p%d-", t.p.n), t.leased, "")
 	if err != nil || f == nil {
 		return err
 	}
