@@ -51,6 +51,7 @@ type Feed struct {
 	done    chan struct{}
 
 	// The feed goroutine's.
+	fenced   bool      // Options.Fence said no: nothing more is staged or appended
 	disk     []segment // staged, in log order, not all in files yet; rows 0: a range without rows, no file; -1: read at Start
 	next     int       // disk[next:] are not all appended
 	appended uint64    // every row at or below it is appended to the Writer
@@ -351,8 +352,19 @@ func (f *Feed) finish(tick <-chan time.Time) {
 // taken every earlier one.
 func (f *Feed) stage(s *segment) error {
 	var spill error
+	if f.fenced {
+		return nil // dropped: the series is another writer's now
+	}
 	if s.rows > 0 {
 		err := f.o.fence()
+		if err != nil {
+			// For good: what is not staged, the successor derives
+			// again from the checkpoint it claims, and Cut must not wait
+			// for a write that will never be allowed.
+			f.fenced = true
+			f.o.Logger.Info("lake: fenced; the series' next writer stages from its checkpoint", "market", f.o.Market, "series", f.o.Prefix, "err", err)
+			return nil
+		}
 		if err == nil {
 			for i, d := range f.dirs {
 				s.dir = d

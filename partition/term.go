@@ -120,9 +120,13 @@ func (t *term) openLake(seq uint64) error {
 
 // leased is the lake's fence: an error once the term is fenced or its
 // lease has run out, when the partition may already be another
-// instance's.
+// instance's; the term is then over, as when its sink finds the lease
+// ended.
 func (t *term) leased() error {
-	if t.fenced.Load() || time.Now().UnixNano() > t.lease.Load() {
+	if time.Now().UnixNano() > t.lease.Load() {
+		t.fence()
+	}
+	if t.fenced.Load() {
 		return errFenced
 	}
 	return nil
