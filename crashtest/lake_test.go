@@ -69,17 +69,7 @@ func checkLake(tb testing.TB, cfg config.Config, want map[string]int, flags bool
 			tb.Fatal(err)
 		}
 	}
-	var diffs []string
-	for k, n := range want {
-		if got[k] != n {
-			diffs = append(diffs, fmt.Sprintf("lake row %s: %d times, want %d", k, got[k], n))
-		}
-	}
-	for k, n := range got {
-		if _, ok := want[k]; !ok {
-			diffs = append(diffs, fmt.Sprintf("lake row %s: %d times, not in the reference run", k, n))
-		}
-	}
+	diffs := testenv.DiffCounts(got, want, "lake row", "the reference run")
 	tb.Logf("lake: %d rows in %d files, %d distinct positions wanted", rows, len(files), len(want))
 	if wrongDate > 0 {
 		tb.Errorf("%d lake rows in another date's folder", wrongDate)

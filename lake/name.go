@@ -45,8 +45,14 @@ func fileName(prefix string, first, last uint64) string {
 // parseName returns the log range a file name of the series prefix
 // holds; ok is false for any other name.
 func parseName(prefix, name string) (first, last uint64, ok bool) {
+	return parseRange(prefix, name, ".parquet")
+}
+
+// parseRange returns the log range of a name PREFIXFIRST-LASTSUFFIX, as
+// the lake names its files and staging segments.
+func parseRange(prefix, name, suffix string) (first, last uint64, ok bool) {
 	rest, found := strings.CutPrefix(name, prefix)
-	if !found || len(rest) != 2*indexDigits+1+len(".parquet") || !strings.HasSuffix(rest, ".parquet") || rest[indexDigits] != '-' {
+	if !found || len(rest) != 2*indexDigits+1+len(suffix) || !strings.HasSuffix(rest, suffix) || rest[indexDigits] != '-' {
 		return 0, 0, false
 	}
 	a, err1 := strconv.ParseUint(rest[:indexDigits], 10, 64)

@@ -18,6 +18,12 @@ type seriesFile struct {
 // listSeries returns the files of series prefix in folder dir, sorted by
 // name (log order), and the temporary files it left there.
 func listSeries(dir, prefix string) (files []seriesFile, tmps []string, err error) {
+	return listRanges(dir, prefix, ".parquet")
+}
+
+// listRanges returns the files of folder dir named PREFIXFIRST-LASTSUFFIX
+// (parseRange), sorted by name, and the temporary files of such names.
+func listRanges(dir, prefix, suffix string) (files []seriesFile, tmps []string, err error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, nil, err
@@ -25,12 +31,12 @@ func listSeries(dir, prefix string) (files []seriesFile, tmps []string, err erro
 	for _, e := range ents {
 		n := e.Name()
 		if t, ok := strings.CutPrefix(n, "."); ok && strings.HasSuffix(t, tmpSuffix) {
-			if _, _, ok := parseName(prefix, strings.TrimSuffix(t, tmpSuffix)); ok {
+			if _, _, ok := parseRange(prefix, strings.TrimSuffix(t, tmpSuffix), suffix); ok {
 				tmps = append(tmps, n)
 			}
 			continue
 		}
-		first, last, ok := parseName(prefix, n)
+		first, last, ok := parseRange(prefix, n, suffix)
 		if !ok || !e.Type().IsRegular() {
 			continue
 		}

@@ -7,11 +7,8 @@ import (
 	"hash/crc32"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 )
 
 // The staging area keeps the rows a live source accepted between the
@@ -48,20 +45,6 @@ func StagingDir(dir, market string) string {
 
 func segmentName(prefix string, first, last uint64) string {
 	return fmt.Sprintf("%s%020d-%020d%s", prefix, first, last, segmentSuffix)
-}
-
-// parseSegment returns the range of a segment name of series prefix.
-func parseSegment(prefix, name string) (first, last uint64, ok bool) {
-	rest, found := strings.CutPrefix(name, prefix)
-	if !found || len(rest) != 2*indexDigits+1+len(segmentSuffix) || !strings.HasSuffix(rest, segmentSuffix) || rest[indexDigits] != '-' {
-		return 0, 0, false
-	}
-	a, err1 := strconv.ParseUint(rest[:indexDigits], 10, 64)
-	b, err2 := strconv.ParseUint(rest[indexDigits+1:2*indexDigits+1], 10, 64)
-	if err1 != nil || err2 != nil || a > b {
-		return 0, 0, false
-	}
-	return a, b, true
 }
 
 // segment is one staging segment: on disk, and while fresh its bytes.
@@ -183,28 +166,12 @@ func decodeRow(b []byte, prev uint64, r *Row) ([]byte, error) {
 // listSegments returns the segments of series prefix in dir, by range,
 // and the temporary files a write left there.
 func listSegments(dir, prefix string) (segs []segment, tmps []string, err error) {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, nil, err
-	}
-	for _, e := range ents {
-		n := e.Name()
-		if t, ok := strings.CutPrefix(n, "."); ok && strings.HasSuffix(t, tmpSuffix) {
-			if _, _, ok := parseSegment(prefix, strings.TrimSuffix(t, tmpSuffix)); ok {
-				tmps = append(tmps, n)
-			}
-			continue
-		}
-		if first, last, ok := parseSegment(prefix, n); ok && e.Type().IsRegular() {
-			s := segment{first: first, last: last, rows: -1, dir: dir} // rows unknown, some
-			if info, err := e.Info(); err == nil {
-				s.size = info.Size()
-			}
-			segs = append(segs, s)
-		}
+	files, tmps, err := listRanges(dir, prefix, segmentSuffix)
+	for _, f := range files {
+		segs = append(segs, segment{first: f.first, last: f.last, size: f.size, rows: -1, dir: dir}) // rows unknown, some
 	}
 	slices.SortFunc(segs, func(a, b segment) int { return cmpU(a.first, b.first) })
-	return segs, tmps, nil
+	return segs, tmps, err
 }
 
 // writeSegment writes data as the segment s of series prefix in s.dir.

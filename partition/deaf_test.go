@@ -2,6 +2,8 @@ package partition
 
 import (
 	"context"
+	"encoding/hex"
+	"hash/fnv"
 	"strings"
 	"testing"
 	"time"
@@ -72,4 +74,15 @@ func TestNATSOutage_IsNotSilence(t *testing.T) {
 	a.Stop()
 	testenv.CheckOnlyFinalSilence(t, ns.URL(), cfg.NATS.Stream, last)
 	equalsReplay(t, ns.URL(), cfg)
+}
+
+// positionID identifies a position for the stream's duplicate window, as
+// the gateway's publisher here sends it: the same message twice has the
+// same id.
+func positionID(topic string, payload []byte) string {
+	h := fnv.New128a()
+	_, _ = h.Write([]byte(topic))
+	_, _ = h.Write([]byte{0})
+	_, _ = h.Write(payload)
+	return hex.EncodeToString(h.Sum(nil))
 }

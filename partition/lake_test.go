@@ -8,6 +8,7 @@ import (
 
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/engine"
+	"github.com/km0/edgeproc/internal/testenv"
 	"github.com/km0/edgeproc/lake"
 	"github.com/km0/edgeproc/result"
 )
@@ -71,17 +72,7 @@ func checkLakeEqualsReplay(t testing.TB, dir, url string, cfg config.Config) {
 			t.Fatal(err)
 		}
 	}
-	var diffs []string
-	for k, c := range want {
-		if got[k] != c {
-			diffs = append(diffs, fmt.Sprintf("lake row %s: %d times, want %d", k, got[k], c))
-		}
-	}
-	for k, c := range got {
-		if _, ok := want[k]; !ok {
-			diffs = append(diffs, fmt.Sprintf("lake row %s: %d times, not in the replay", k, c))
-		}
-	}
+	diffs := testenv.DiffCounts(got, want, "lake row", "the replay")
 	t.Logf("lake: %d rows in %d files, %d accepted positions in the replay", rows, len(files), len(want))
 	if len(want) == 0 {
 		t.Fatal("the replay accepted no position: the lake check checks nothing")

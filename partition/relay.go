@@ -130,9 +130,11 @@ var storedBatch = func() *batch {
 }()
 
 // batchLinger is the longest a position waits in its batch before the
-// batch is stored: a few milliseconds of latency for many positions a
-// message.
-const batchLinger = 5 * time.Millisecond
+// batch is stored: 20 ms of latency, against windows of minutes, for
+// about 10 positions a message at a city fleet's 3 000/s over 6
+// partitions. BenchmarkScaleOut, one instance: 5 ms gave 72 µs of
+// edgeproc's CPU and 62 of nats-server's a position, 20 ms 58 and 45.
+const batchLinger = 20 * time.Millisecond
 
 // batchID identifies a batch for the stream's duplicate window: the same
 // batch sent again is dropped.
@@ -371,14 +373,4 @@ func partitionOf[T string | []byte](token T, n int) int {
 		h *= 16777619
 	}
 	return int(h % uint32(n))
-}
-
-// positionID identifies a position for the stream's duplicate window: the same
-// message delivered twice by the broker has the same id.
-func positionID(topic string, payload []byte) string {
-	h := fnv.New128a()
-	_, _ = h.Write([]byte(topic))
-	_, _ = h.Write([]byte{0})
-	_, _ = h.Write(payload)
-	return hex.EncodeToString(h.Sum(nil))
 }

@@ -29,6 +29,25 @@ func DiffResults(got, want map[string]string, wantName string) []string {
 	return diffs
 }
 
+// DiffCounts compares multisets (item → how many times) and describes
+// every item whose count differs, what names the items ("lake row"),
+// wantName where want came from. The lines are sorted.
+func DiffCounts(got, want map[string]int, what, wantName string) []string {
+	var diffs []string
+	for k, n := range want {
+		if got[k] != n {
+			diffs = append(diffs, fmt.Sprintf("%s %s: %d times, want %d", what, k, got[k], n))
+		}
+	}
+	for k, n := range got {
+		if _, ok := want[k]; !ok {
+			diffs = append(diffs, fmt.Sprintf("%s %s: %d times, not in %s", what, k, n, wantName))
+		}
+	}
+	sort.Strings(diffs)
+	return diffs
+}
+
 // Revisions counts the distance revisions among results by key (contract
 // §3, Allowed lateness: the key distance|MARKET|COURIER|start|n), for a
 // test that must see some before it can prove anything about them.
