@@ -6,7 +6,7 @@
 //
 // date is the position's timestamp_ms as a calendar date in the market's
 // time zone; FIRST and LAST are the log indexes (write-ahead log, or a
-// partition's stream) of the file's first and last row, 20 digits each,
+// partition's log lines) of the file's first and last row, 20 digits each,
 // so that a date folder's names sort in log order and a rewrite of the
 // same rows gets the same name. PREFIX names the file series in the
 // partitioned source ("p3-": partition 3); the MQTT source's series has

@@ -8,8 +8,8 @@ import (
 
 // Row is one accepted position as the lake keeps it.
 type Row struct {
-	// Index is the row's position in the log (write-ahead log index, or
-	// stream sequence): rows are appended in increasing Index order. It is
+	// Index is the row's position in the log (write-ahead log index, or a
+	// partition's line): rows are appended in increasing Index order. It is
 	// not a column: files are named by it.
 	Index uint64
 	// Courier is the courier id; Append copies it.
