@@ -174,15 +174,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, handle func(*Messa
 		log = slog.New(slog.DiscardHandler)
 	}
 	cfg = cfg.withDefaults()
-	u, err := cfg.validate()
+	u, tc, err := cfg.check()
 	if err != nil {
 		return nil, err
-	}
-	var tc *tls.Config
-	if u.Scheme == "mqtts" {
-		if tc, err = tlsConfig(cfg.CAFile); err != nil {
-			return nil, err
-		}
 	}
 	log = log.With("broker", u.String(), "client_id", cfg.ClientID)
 	s := &Source{
@@ -195,6 +189,31 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, handle func(*Messa
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	go s.run()
 	return s, nil
+}
+
+// Check tells whether Start would refuse cfg, as Start itself does: a
+// malformed URL or setting, or a ca_file it cannot read. A caller that
+// starts its source later (a partitioned market's relay, once it holds
+// the lease) finds such an error at once.
+func Check(cfg Config) error {
+	_, _, err := cfg.withDefaults().check()
+	return err
+}
+
+// check validates a defaulted Config: the broker URL and, for mqtts://,
+// the TLS configuration.
+func (c Config) check() (*url.URL, *tls.Config, error) {
+	u, err := c.validate()
+	if err != nil {
+		return nil, nil, err
+	}
+	var tc *tls.Config
+	if u.Scheme == "mqtts" {
+		if tc, err = tlsConfig(c.CAFile); err != nil {
+			return nil, nil, err
+		}
+	}
+	return u, tc, nil
 }
 
 // run connects, serves the connection until it drops, and reconnects with

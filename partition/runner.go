@@ -53,6 +53,7 @@ import (
 	"github.com/km0/edgeproc/bridge"
 	"github.com/km0/edgeproc/config"
 	"github.com/km0/edgeproc/market"
+	"github.com/km0/edgeproc/mqtt"
 	"github.com/km0/edgeproc/output"
 )
 
@@ -194,6 +195,11 @@ func (r *Runner) Run(ctx context.Context, m *market.Market) error {
 	m.Running()
 	var parts market.Stopper
 	if r.lease != nil { // started first, stopped last: the partitions drain first
+		// The relay starts once the lease is this instance's: what no
+		// retry can fix is said now.
+		if err := mqtt.Check(relayConfig(r.cfg)); err != nil {
+			return fmt.Errorf("mqtt ingest: %w", err)
+		}
 		lctx, stopLease := context.WithCancel(ctx)
 		parts.Go(func() { r.lease.run(lctx, m.DrainContext) }, stopLease)
 	}
