@@ -20,7 +20,7 @@
 //	  replicas: 3                   # 1..5; stream (if created here), checkpoint bucket and store
 //	  max_age: 24h                  # positions kept (if created here); 0 or >= max(1h, 10 × checkpoint_interval)
 //	  max_bytes: 0                  # positions stream size bound (if created here); 0 = none
-//	  ingest: mqtt                  # mqtt (every instance relays from the mqtt section's broker, acking once stored) or gateway (nats-server's MQTT gateway)
+//	  ingest: mqtt                  # mqtt (one instance at a time relays the mqtt section's broker, acking once stored) or gateway (nats-server's MQTT gateway)
 //	  instance: edgeproc-a          # this instance's name; default host name and pid
 //	mqtt:
 //	  url: mqtt://127.0.0.1:1883    # mqtt://, mqtts:// (TLS) or "embedded"

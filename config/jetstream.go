@@ -75,8 +75,8 @@ type JetStream struct {
 	// (nats-server's MQTT gateway and subject mapping store them; the
 	// gateway acks a phone once its own store has a position, before the
 	// positions stream does) or "mqtt" (the phones publish to the
-	// market's broker, the mqtt section; every instance relays every
-	// position into the stream, which keeps one copy, and acks it to the
+	// market's broker, the mqtt section; the instance holding the relay
+	// lease relays them into the stream, in batches, and acks each to the
 	// broker only once the stream has stored it). Default "mqtt": the one
 	// that acks a phone only once its position is durable in the stream
 	// whatever node dies (contract §8; docs/scale-out.md).
