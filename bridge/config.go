@@ -56,6 +56,11 @@ const (
 	KindDeadZone       = "dead_zone"
 	KindLeftArea       = "left_area"
 	KindEnteredArea    = "entered_area"
+	// KindZonePart is the partitioned source's partitions' parts of the
+	// market's dead zones (result.ZonePart), at PREFIX.zones.MARKET:
+	// kept with the results, so a part is stored before the checkpoint
+	// past it, and off the dashboard's subjects.
+	KindZonePart = "dead_zone_part"
 )
 
 // ErrConfig is wrapped by every error Validate returns.
@@ -235,6 +240,8 @@ func (c Config) Subject(kind string) string {
 		return c.SubjectPrefix + ".late." + c.Market
 	case KindRejected:
 		return c.SubjectPrefix + ".rejected." + c.Market
+	case KindZonePart:
+		return c.SubjectPrefix + ".zones." + c.Market
 	default:
 		return c.SubjectPrefix + ".dashboard." + c.Market + "." + kind
 	}
@@ -268,6 +275,7 @@ func (c Config) streamSubjects() []string {
 		c.SubjectPrefix + ".dashboard." + c.Market + ".>",
 		c.Subject(KindLate),
 		c.Subject(KindRejected),
+		c.Subject(KindZonePart),
 	}
 }
 
@@ -275,7 +283,7 @@ func (c Config) streamSubjects() []string {
 // so a typo fails Publish instead of being retried forever.
 func (c Config) coversSubject(subject string) bool {
 	c = c.withDefaults()
-	if subject == c.Subject(KindLate) || subject == c.Subject(KindRejected) {
+	if subject == c.Subject(KindLate) || subject == c.Subject(KindRejected) || subject == c.Subject(KindZonePart) {
 		return true
 	}
 	rest, ok := strings.CutPrefix(subject, c.SubjectPrefix+".dashboard."+c.Market+".")

@@ -98,6 +98,12 @@ type Config struct {
 	DeadZoneWindow     int64
 	DeadZoneResolution int
 	DeadZoneCells      int
+	// DeadZoneParts (with DeadZoneWindow > 0) makes the engine partition
+	// Partition of its market: instead of dead_zone results it emits its
+	// part of them (result.ZonePart), which the partitioned source
+	// combines across partitions.
+	DeadZoneParts bool
+	Partition     int
 	// Area, when set, is the market's service area: each courier's side
 	// of it is followed (geo.Presence) and a move out or in is a
 	// left_area or entered_area result. nil: no side, no H3 lookup per

@@ -72,7 +72,11 @@ func (e *Engine) Stats() Stats {
 		}
 	}
 	if e.zones != nil {
-		st.Results[result.DeadZone.String()] = e.zones.fired.Load()
+		typ := result.DeadZone
+		if e.zones.parts {
+			typ = result.ZonePart
+		}
+		st.Results[typ.String()] = e.zones.fired.Load()
 		st.DeadZoneRefused = e.zones.refused.Load()
 	}
 	st.InFlight, st.InFlightMax = inFlight-len(e.free), inFlight

@@ -39,6 +39,13 @@ type zones struct {
 	// of its positions, and most steps fire nothing.
 	next int64
 
+	// parts: the engine is partition partition of its market and emits
+	// its part of the dead zones (result.ZonePart, firePart). Every
+	// window starting before through has fired.
+	parts     bool
+	partition int
+	through   int64
+
 	refused, fired atomic.Int64
 }
 
@@ -61,12 +68,17 @@ func newZones(cfg *Config) *zones {
 	if cfg.DeadZoneWindow <= 0 {
 		return nil
 	}
-	return &zones{
+	z := &zones{
 		market: cfg.Market, window: cfg.DeadZoneWindow, res: cfg.DeadZoneResolution,
 		gap: cfg.Gap, maxCells: cfg.DeadZoneCells,
 		buckets: map[zoneKey]*zoneBucket{}, cells: map[int64]int{}, open: map[string]openWarning{},
-		next: tmath.Forever,
+		next:  tmath.Forever,
+		parts: cfg.DeadZoneParts, partition: cfg.Partition, through: tmath.Never,
 	}
+	if z.parts {
+		z.next = tmath.Never // the first step says how far the partition is
+	}
+	return z
 }
 
 // apply counts the warnings and restores among out (the next piece of a
@@ -107,7 +119,11 @@ func (z *zones) warn(r *result.Record) {
 	k := zoneKey{start: tmath.FloorDiv(r.End, z.window) * z.window, cell: geo.Cell(r.Lat, r.Lon, z.res)}
 	b := z.buckets[k]
 	if b == nil {
-		if z.cells[k.start] >= z.maxCells {
+		// A partition's window before through has had its part: a
+		// warning there comes too late to count (not from the
+		// partition's own watermark, which fires a no_signal before its
+		// window, but after a restore under other settings).
+		if z.cells[k.start] >= z.maxCells || k.start < z.through {
 			z.refused.Add(1)
 			delete(z.open, r.Courier) // its restore finds nothing to count
 			return
@@ -126,7 +142,9 @@ func (z *zones) warn(r *result.Record) {
 func (z *zones) add(k zoneKey, b *zoneBucket) {
 	z.buckets[k] = b
 	z.cells[k.start]++
-	z.next = min(z.next, z.due(k))
+	if !z.parts { // a partition's next is its through's
+		z.next = min(z.next, z.due(k))
+	}
 }
 
 // due is the watermark at which k's window fires.
@@ -152,6 +170,9 @@ func (z *zones) fire(out []result.Record, st step) []result.Record {
 	if st.wm < z.next {
 		return out
 	}
+	if z.parts {
+		return z.firePart(out, st)
+	}
 	var due []zoneKey
 	z.next = tmath.Forever
 	for k := range z.buckets {
@@ -176,18 +197,62 @@ func (z *zones) fire(out []result.Record, st step) []result.Record {
 			Order: result.Order{Seq: st.seq, Phase: 2, At: end},
 			Start: k.start, End: end, Cell: k.cell, Zone: &zone,
 		})
-		for c := range b.couriers {
-			if o, ok := z.open[c]; ok && o.key == k {
-				delete(z.open, c)
-			}
-		}
-		delete(z.buckets, k)
-		if z.cells[k.start]--; z.cells[k.start] == 0 {
-			delete(z.cells, k.start)
-		}
+		z.drop(k, b)
 	}
 	z.fired.Add(int64(len(due)))
 	return out
+}
+
+// drop forgets a fired window's cell.
+func (z *zones) drop(k zoneKey, b *zoneBucket) {
+	for c := range b.couriers {
+		if o, ok := z.open[c]; ok && o.key == k {
+			delete(z.open, c)
+		}
+	}
+	delete(z.buckets, k)
+	if z.cells[k.start]--; z.cells[k.start] == 0 {
+		delete(z.cells, k.start)
+	}
+}
+
+// firePart is a partition's fire: every window whose end + gap the
+// step's watermark reached has fired in this partition, and one
+// ZonePart record says so, through the first window that has not, with
+// the cells of those that fired since the last (often none: a
+// partition says how far it is even where it counted nothing, so its
+// market knows when every partition's part of a window is in).
+func (z *zones) firePart(out []result.Record, st step) []result.Record {
+	through := int64(tmath.Forever)
+	if st.wm != tmath.Forever {
+		// The first window start s with s + window + gap > wm.
+		through = tmath.FloorDiv(st.wm-z.gap, z.window) * z.window
+	}
+	z.next = z.due(zoneKey{start: through})
+	if through <= z.through {
+		return out
+	}
+	var cells []result.PartCell
+	for k, b := range z.buckets {
+		if k.start < through {
+			cells = append(cells, result.PartCell{Start: k.start, Cell: k.cell, Zone: b.Zone})
+			z.drop(k, b)
+		}
+	}
+	slices.SortFunc(cells, func(a, b result.PartCell) int {
+		if a.Start != b.Start {
+			return cmpInt(a.Start, b.Start)
+		}
+		return cmpInt(int64(a.Cell), int64(b.Cell))
+	})
+	from := z.through
+	z.through = through
+	z.fired.Add(1)
+	return append(out, result.Record{
+		Type: result.ZonePart, Market: z.market, EmittedAt: st.clock,
+		Order: result.Order{Seq: st.seq, Phase: 2, At: through},
+		Start: through, Part: &result.Part{Partition: z.partition, From: from, Cells: cells},
+	})
 }
 
 func cmpInt(a, b int64) int {
@@ -206,8 +271,15 @@ func (z *zones) appendState(b []byte) []byte {
 	if z == nil {
 		return wire.AppendInt(b, 0)
 	}
-	b = wire.AppendInt(b, z.window)
-	b = wire.AppendInt(b, int64(z.res))
+	if z.parts {
+		// A negative window: a partition's part, with its through.
+		b = wire.AppendInt(b, -z.window)
+		b = wire.AppendInt(b, int64(z.res))
+		b = wire.AppendInt(b, z.through)
+	} else {
+		b = wire.AppendInt(b, z.window)
+		b = wire.AppendInt(b, int64(z.res))
+	}
 	keys := make([]zoneKey, 0, len(z.buckets))
 	for k := range z.buckets {
 		keys = append(keys, k)
@@ -250,8 +322,18 @@ func (z *zones) readState(r *wire.Reader) error {
 	if window == 0 {
 		return r.Err()
 	}
+	parts := window < 0
+	window = max(window, -window)
 	res := r.Int()
-	keep := z != nil && window == z.window && res == int64(z.res)
+	through := int64(tmath.Never)
+	if parts {
+		through = r.Int()
+	}
+	keep := z != nil && window == z.window && res == int64(z.res) && parts == z.parts
+	if keep && parts {
+		z.through = through
+		z.next = z.due(zoneKey{start: through})
+	}
 	n := r.Count(8)
 	for i := 0; i < n && r.Err() == nil; i++ {
 		k := zoneKey{start: r.Int(), cell: h3.Cell(r.Uint())}

@@ -77,6 +77,9 @@ func (s *Sink) open(ctx context.Context) (bool, error) {
 	}, bridge.Refused)
 }
 
+// Board is the market's fleet board feed, nil when http.board is off.
+func (s *Sink) Board() *board.Feed { return s.board }
+
 // Bridge is the market's results bridge, nil until the stream is open.
 func (s *Sink) Bridge() *bridge.Bridge { return s.br.Load() }
 

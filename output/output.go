@@ -24,17 +24,18 @@ import (
 type Sink struct {
 	br       *bridge.Bridge
 	board    *board.Feed // nil: no board
-	subjects *[len(result.Types)]string
+	subjects *[len(result.Types) + 1]string // and result.ZonePart
 	buf      []byte
 }
 
 // New returns the sink of a market whose results go through br and whose
 // board feed is board (nil when http.board is off).
 func New(br *bridge.Bridge, board *board.Feed) *Sink {
-	var subjects [len(result.Types)]string
+	var subjects [len(result.Types) + 1]string
 	for _, t := range result.Types {
 		subjects[t] = br.Config().Subject(t.String())
 	}
+	subjects[result.ZonePart] = br.Config().Subject(bridge.KindZonePart)
 	return &Sink{br: br, board: board, subjects: &subjects}
 }
 

@@ -16,11 +16,12 @@ import (
 
 // checkBoard checks p's fleet board: the page of every market and of
 // market answer, and its event stream's snapshot shows the market
-// connected, at watermark wm (ms), and every courier of mine at its newest
-// position. It returns how many couriers of mine it checked (0: mine was
-// empty). The snapshot is taken up to three times, 0.6 s apart: the
+// connected, at watermark wm (ms), every courier of mine at its newest
+// position, and every other courier of the market (others, which the
+// board reads from NATS) never ahead of it. It returns how many couriers
+// of mine it checked (0: mine was empty). The snapshot is taken up to three times, 0.6 s apart: the
 // market's status is sampled once per board interval (0.5 s).
-func checkBoard(t *testing.T, p *proc, market string, wm int64, mine iter.Seq2[string, newestPosition]) int {
+func checkBoard(t *testing.T, p *proc, market string, wm int64, mine, others iter.Seq2[string, newestPosition]) int {
 	t.Helper()
 	for path, want := range map[string]string{"/board/": "all markets", "/board/" + market: `data-market="` + market + `"`} {
 		res, err := metricsClient.Get("http://" + p.listen + path)
@@ -40,8 +41,8 @@ func checkBoard(t *testing.T, p *proc, market string, wm int64, mine iter.Seq2[s
 			time.Sleep(600 * time.Millisecond)
 		}
 		var shown int
-		if problem, shown = boardProblem(p.listen, market, wm, mine); problem == "" {
-			t.Logf("instance %s: board snapshot shows %d couriers of its partitions at their newest position", p.name, shown)
+		if problem, shown = boardProblem(p.listen, market, wm, mine, others); problem == "" {
+			t.Logf("instance %s: board snapshot shows %d couriers of its partitions at their newest position, and the market's others", p.name, shown)
 			return shown
 		}
 	}
@@ -52,7 +53,7 @@ func checkBoard(t *testing.T, p *proc, market string, wm int64, mine iter.Seq2[s
 // boardProblem reads the first message (the snapshot) of p's board event
 // stream for market and says what is wrong with it, "" if nothing, with
 // the number of couriers of mine it showed.
-func boardProblem(listen, market string, wm int64, mine iter.Seq2[string, newestPosition]) (string, int) {
+func boardProblem(listen, market string, wm int64, mine, others iter.Seq2[string, newestPosition]) (string, int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+listen+"/board/events?market="+market, nil)
@@ -98,7 +99,17 @@ func boardProblem(listen, market string, wm int64, mine iter.Seq2[string, newest
 			wrong = append(wrong, fmt.Sprintf("%s: shown %v %+v; newest position %d at %v,%v (partition %d)", c, ok, got, w.ts, w.lat, w.lon, w.partition))
 		}
 	}
+	var missing []string
+	for c, w := range others {
+		if got, ok := shown[c]; !ok || got.TS > w.ts {
+			missing = append(missing, fmt.Sprintf("%s: shown %v %+v; newest position %d (partition %d)", c, ok, got, w.ts, w.partition))
+		}
+	}
 	switch {
+	case len(missing) > 0:
+		sort.Strings(missing)
+		return fmt.Sprintf("%d couriers of the partitions of others missing or ahead in the snapshot (%d shown), first ones:\n%s",
+			len(missing), len(u.Couriers), strings.Join(missing[:min(10, len(missing))], "\n")), n
 	case len(wrong) > 0:
 		sort.Strings(wrong)
 		return fmt.Sprintf("%d of %d couriers of its partitions wrong in the snapshot (%d shown, %d events dropped), first ones:\n%s",

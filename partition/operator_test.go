@@ -450,18 +450,31 @@ func checkOperatorView(t *testing.T, nc *nats.Conn, url string, cfg config.Confi
 	}
 
 	// The board: the pages, and the event stream's snapshot with the
-	// market's watermark and the couriers of the partitions it owns at
+	// market's watermark, the couriers of the partitions it owns at
 	// their newest position (those it applied that position of: stored
-	// after its current term began).
+	// after its current term began), and every other courier of the
+	// market, which it reads from NATS.
 	// An instance whose terms began after the last position of its
 	// partitions (a takeover late in the run) has nothing to show; the
 	// survivors together must have.
 	boardChecked := 0
 	for _, v := range views {
+		owned := map[int]bool{}
+		for _, n := range v.owned {
+			owned[n] = true
+		}
 		boardChecked += checkBoard(t, v.p, cfg.Market, wmOf[v.p.name], func(yield func(string, newestPosition) bool) {
 			for _, n := range v.owned {
 				for _, c := range byPartition[n] {
 					if w := newest[c]; w.stored.After(v.parts[n].AcquiredAt) && !yield(c, w) {
+						return
+					}
+				}
+			}
+		}, func(yield func(string, newestPosition) bool) {
+			for n, cs := range byPartition {
+				for _, c := range cs {
+					if !owned[n] && !yield(c, newest[c]) {
 						return
 					}
 				}

@@ -148,6 +148,11 @@ func TestOwnTracks_PartitionsEqualTheMQTTSource(t *testing.T) {
 			checkOnePartitionPerCourier(t, ns.URL(), cfg, topicOf)
 			want, stats := mqttSourceReplay(t, ns.URL(), cfg, topicOf)
 			got := published(t, ns.URL(), cfg)
+			for k := range got {
+				if strings.HasPrefix(k, "dead_zone|") { // the market's: not a partition's replay
+					delete(got, k)
+				}
+			}
 			if diffs := testenv.DiffResults(got, want, "the single-process replay"); len(diffs) > 0 {
 				t.Errorf("%d differences, first ones:", len(diffs))
 				for _, d := range diffs[:min(len(diffs), 10)] {

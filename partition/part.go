@@ -132,9 +132,10 @@ func EngineConfig(cfg config.Config, n int) engine.Config {
 	// The subject's last token is the courier's topic level (subject.go),
 	// with OwnTracks too: the filter's only '+'.
 	ecfg.CourierLevel = 0
-	// A partition's engine sees its own couriers only: its dead zones
-	// would be a part of the market's, under the market's keys.
-	ecfg.DeadZoneWindow = 0
+	// A partition's engine sees its own couriers only: it counts its
+	// part of the market's dead zones, which the instances combine
+	// (zones.go).
+	ecfg.DeadZoneParts, ecfg.Partition = true, n
 	if cfg.Windows.IdleTimeout > 0 {
 		ecfg.DeafGap = deafGap(cfg.JetStream).Milliseconds()
 	}

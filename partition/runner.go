@@ -52,6 +52,7 @@ import (
 
 	"github.com/km0/edgeproc/bridge"
 	"github.com/km0/edgeproc/config"
+	"github.com/km0/edgeproc/internal/ratelog"
 	"github.com/km0/edgeproc/market"
 	"github.com/km0/edgeproc/mqtt"
 	"github.com/km0/edgeproc/output"
@@ -128,7 +129,13 @@ type Runner struct {
 	// while it holds the relay lease (jetstream.ingest: mqtt); nil with
 	// the gateway.
 	lease *relayLease
-	ready chan struct{} // closed once set-up is done
+	// zones is the current reader's merger of the partitions' dead-zone
+	// parts (zones.go), for metrics; zonesLog limits its warnings.
+	zones           atomic.Pointer[zoneMerger]
+	zonesIncomplete atomic.Int64 // windows published without every part
+	zonesPublished  atomic.Int64 // dead_zone records handed to the bridge
+	zonesLog        ratelog.Limiter
+	ready           chan struct{} // closed once set-up is done
 }
 
 // New checks cfg (source jetstream) and returns a Runner; Run starts it.
@@ -159,7 +166,7 @@ func New(cfg config.Config, deps Deps) (*Runner, error) {
 			log:    deps.Log.With("market", cfg.Market, "instance", inst),
 			shares: shares{parts: int64(cfg.JetStream.Partitions), maxOwned: int64(cfg.JetStream.MaxOwned)},
 		},
-		deps: deps, start: time.Now(), ready: make(chan struct{}),
+		deps: deps, start: time.Now(), ready: make(chan struct{}), zonesLog: ratelog.Limiter{Every: time.Minute},
 	}
 	r.heard = func() bool { return r.lease == nil || r.lease.ready() == "" }
 	r.closed = func() bool { return r.nc.IsClosed() }
@@ -211,6 +218,12 @@ func (r *Runner) Run(ctx context.Context, m *market.Market) error {
 	parts.Go(func() { r.watchMapping(wctx) }, stopWatch)
 	bctx, stopBalance := context.WithCancel(ctx)
 	parts.Go(func() { r.balance(bctx) }, stopBalance)
+	zctx, stopZones := context.WithCancel(ctx)
+	parts.Go(func() { r.combineZones(zctx) }, stopZones)
+	if f := m.Sink().Board(); f != nil {
+		fctx, stopBoard := context.WithCancel(ctx)
+		parts.Go(func() { r.feedBoard(fctx, f) }, stopBoard)
+	}
 	r.log.Info("partitions running", "stream", r.cfg.JetStream.Stream, "partitions", len(r.parts))
 	<-ctx.Done()
 	parts.Stop()

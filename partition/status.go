@@ -15,6 +15,7 @@ import (
 	"github.com/km0/edgeproc/engine"
 	"github.com/km0/edgeproc/internal/tmath"
 	"github.com/km0/edgeproc/metrics"
+	"github.com/km0/edgeproc/result"
 )
 
 // Status is one partition as this instance sees it.
@@ -166,6 +167,9 @@ func (r *Runner) Stats(s *metrics.Snapshot) {
 			}
 		}
 	}
+	if n := r.zonesPublished.Load(); n > 0 { // the market's, from the partitions' parts
+		st.Results[result.DeadZone.String()] += n
+	}
 	s.Engine, s.HasEngine = st, true
 	s.Durability.SetCheckpoints(cs)
 	s.HasDurability = true
@@ -233,6 +237,10 @@ func (r *Runner) Collector() prometheus.Collector {
 			"1 while this instance holds the relay lease and relays the market's broker (jetstream.ingest mqtt).", []string{"instance"}, m),
 		relayed: prometheus.NewDesc("edgeproc_relay_positions_total",
 			"Positions this instance relayed, by outcome: stored (acked to the broker once stored), skipped (a redelivery a former relay had stored), retried (batch stores sent again).", []string{"instance", "outcome"}, m),
+		zonesWaiting: prometheus.NewDesc("edgeproc_dead_zone_windows_waiting",
+			"Dead-zone windows fired in some partitions and waiting for the others' parts (dead_zones on).", []string{"instance"}, m),
+		zonesIncomplete: prometheus.NewDesc("edgeproc_dead_zone_windows_incomplete_total",
+			"Dead-zone windows published without every partition's part: 64 windows were waiting for a partition far behind.", []string{"instance"}, m),
 		mismatch: prometheus.NewDesc("edgeproc_partition_mapping_mismatch",
 			"1 while the positions stream holds positions on a partition past jetstream.partitions (the server's mapping has more): nobody reads them.", []string{"instance"}, m),
 	}
@@ -242,10 +250,11 @@ func (r *Runner) Collector() prometheus.Collector {
 type collector struct {
 	r                                                                                                            *Runner
 	owned, processed, ckpt, lagMsgs, lagSec, takeovers, fenced, dropped, caughtUp, bad, mismatch, relay, relayed *prometheus.Desc
+	zonesWaiting, zonesIncomplete                                                                                *prometheus.Desc
 }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.owned, c.processed, c.ckpt, c.lagMsgs, c.lagSec, c.takeovers, c.fenced, c.dropped, c.caughtUp, c.bad, c.mismatch, c.relay, c.relayed} {
+	for _, d := range []*prometheus.Desc{c.owned, c.processed, c.ckpt, c.lagMsgs, c.lagSec, c.takeovers, c.fenced, c.dropped, c.caughtUp, c.bad, c.mismatch, c.relay, c.relayed, c.zonesWaiting, c.zonesIncomplete} {
 		ch <- d
 	}
 }
@@ -256,6 +265,14 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		mismatch = 1
 	}
 	ch <- prometheus.MustNewConstMetric(c.mismatch, prometheus.GaugeValue, mismatch, c.r.inst)
+	if c.r.cfg.DeadZones.Window > 0 {
+		waiting := int64(0)
+		if z := c.r.zones.Load(); z != nil {
+			waiting = z.waiting.Load()
+		}
+		ch <- prometheus.MustNewConstMetric(c.zonesWaiting, prometheus.GaugeValue, float64(waiting), c.r.inst)
+		ch <- prometheus.MustNewConstMetric(c.zonesIncomplete, prometheus.CounterValue, float64(c.r.zonesIncomplete.Load()), c.r.inst)
+	}
 	if l := c.r.lease; l != nil {
 		active := 0.0
 		if l.relayReady() != notRelaying {

@@ -27,9 +27,14 @@ const (
 	// DeadZone is a market's no_signal warnings in one H3 cell over one
 	// event-time window (docs/semantics.md, Dead zones): no courier.
 	DeadZone
+	// ZonePart is one partition's part of its market's dead zones (the
+	// partitioned source): not a result of the contract, but what the
+	// partitions' owners combine into the market's DeadZone results
+	// (partition/zones.go). Not in Types.
+	ZonePart
 )
 
-var typeText = [...]string{"distance", "no_signal", "signal_restored", "late", "left_area", "entered_area", "rejected", "dead_zone"}
+var typeText = [...]string{"distance", "no_signal", "signal_restored", "late", "left_area", "entered_area", "rejected", "dead_zone", "dead_zone_part"}
 
 // String returns the contract's type name.
 func (t Type) String() string { return typeText[t] }
@@ -96,6 +101,9 @@ type Record struct {
 	Watermark int64    // Late: the watermark it was judged against
 
 	Zone *Zone // DeadZone: Start and End are the window, Cell the cell
+	// Part is a ZonePart's partition and cells; its Start is the
+	// partition's Through.
+	Part *Part
 
 	Reason string // Rejected
 	// Field names the missing field of a Rejected record of reason
@@ -114,6 +122,29 @@ type Zone struct {
 	// SilenceMs and LongestMs are the sum and the longest of the restored
 	// warnings' gap_ms.
 	SilenceMs, LongestMs int64
+}
+
+// Part is one partition's part of its market's dead zones, as a
+// ZonePart record carries it: every window of the partition that starts
+// before Through has fired (its watermark reached the window's end +
+// gap), and Cells are the counts of those fired since the partition's
+// previous ZonePart (From), by window and cell (none: nothing counted). The
+// market's dead zone of a window is the sum of every partition's cells
+// of it: a courier is in one partition, so its warnings and restores
+// are counted in one part.
+type Part struct {
+	Partition int
+	// From is the partition's previous part's Through (tmath.Never: its
+	// first): the part covers the windows from From to Through.
+	From  int64
+	Cells []PartCell
+}
+
+// PartCell is a partition's count of one cell over one window.
+type PartCell struct {
+	Start int64
+	Cell  h3.Cell
+	Zone
 }
 
 // RawLimit is how much of a rejected payload is kept (1 KiB).
@@ -168,6 +199,11 @@ func (r *Record) AppendKey(dst []byte) []byte {
 		dst = strconv.AppendUint(dst, uint64(r.Cell), 16)
 		dst = append(dst, '|')
 		return strconv.AppendInt(dst, r.Start, 10)
+	case ZonePart:
+		dst = append(dst, 'p')
+		dst = strconv.AppendInt(dst, int64(r.Part.Partition), 10)
+		dst = append(dst, '|')
+		return strconv.AppendInt(dst, r.Start, 10)
 	case Distance, NoSignal:
 		dst = append(dst, r.Courier...)
 		dst = append(dst, '|')
@@ -209,7 +245,7 @@ func (r *Record) AppendJSON(dst []byte) []byte {
 	dst = append(dst, r.Type.String()...)
 	dst = append(dst, `","market":"`...)
 	dst = append(dst, r.Market...)
-	if r.Type != Rejected && r.Type != DeadZone {
+	if r.Type != Rejected && r.Type != DeadZone && r.Type != ZonePart {
 		dst = append(dst, `","courier":"`...)
 		dst = append(dst, r.Courier...)
 	}
@@ -267,6 +303,26 @@ func (r *Record) AppendJSON(dst []byte) []byte {
 		dst = appendInt(dst, "open", int64(z.Warnings-z.Restored))
 		dst = appendInt(dst, "silence_ms", z.SilenceMs)
 		dst = appendInt(dst, "longest_silence_ms", z.LongestMs)
+	case ZonePart:
+		dst = appendInt(dst, "partition", int64(r.Part.Partition))
+		dst = appendInt(dst, "from_ms", r.Part.From)
+		dst = appendInt(dst, "through_ms", r.Start)
+		dst = append(dst, `,"cells":[`...)
+		for i, c := range r.Part.Cells {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = append(dst, `{"window_start_ms":`...)
+			dst = strconv.AppendInt(dst, c.Start, 10)
+			dst = appendCell(dst, c.Cell)
+			dst = appendInt(dst, "warnings", int64(c.Warnings))
+			dst = appendInt(dst, "couriers", int64(c.Couriers))
+			dst = appendInt(dst, "restored", int64(c.Restored))
+			dst = appendInt(dst, "silence_ms", c.SilenceMs)
+			dst = appendInt(dst, "longest_silence_ms", c.LongestMs)
+			dst = append(dst, '}')
+		}
+		dst = append(dst, ']')
 	case Rejected:
 		dst = append(dst, `,"reason":"`...)
 		dst = append(dst, r.Reason...)

@@ -78,6 +78,9 @@ fuzz ./gpsnoise FuzzReadGPX
 fuzz ./position FuzzDecode
 fuzz ./position FuzzDecodeFields
 fuzz ./position FuzzDecodeOwnTracks
+fuzz ./position FuzzDecode_SameAsBefore
+fuzz ./position FuzzDecodeFields_SameAsBefore
+fuzz ./position FuzzDecodeOwnTracks_SameAsBefore
 fuzz ./replay FuzzReplay
 fuzz ./config FuzzParse
 fuzz ./engine FuzzRestore
@@ -91,5 +94,8 @@ fuzz ./bridge FuzzAppendCourierState
 fuzz ./lake FuzzReadFile
 fuzz ./lake FuzzDecodeSegment
 fuzz ./partition FuzzEachBatchEntry
+fuzz ./partition FuzzDecodePart
+fuzz ./partition FuzzToken
+fuzz ./result FuzzParse
 # An execution fills a polygon with H3 (~2 ms): fewer of them.
 FUZZTIME=${FUZZTIME:-3000x} fuzz ./geo FuzzParseArea
