@@ -23,7 +23,7 @@ import (
 // board.
 type Sink struct {
 	br       *bridge.Bridge
-	board    *board.Feed // nil: no board
+	board    *board.Feed                    // nil: no board
 	subjects *[len(result.Types) + 1]string // and result.ZonePart
 	buf      []byte
 }
