@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -285,4 +286,60 @@ func outageGaps(t testing.TB, url string, cfg config.Config, restarted time.Time
 		kind := map[msgKind]string{msgPosition: "position", msgBatch: "batch", msgTick: "tick", msgWake: "wake-up"}[kindOf(msgs[at].Subject, msgs[at].Header)]
 		t.Logf("partition %d: %v without a message, then a %s %v after the restart", n, gap.Round(10*time.Millisecond), kind, msgs[at].Time.Sub(restarted).Round(10*time.Millisecond))
 	}
+}
+
+// TestRelay_TakeoverAfterLongOutageStoresNothingTwice: the relay stores
+// positions and its acks to the broker are held (as behind a store that
+// never got its answer when NATS went away); NATS is then down for longer
+// than the relay's read-back window (pin_ttl + 10 s), so its lease runs
+// out, and the relay that takes the lease once NATS is back gets those
+// positions again from the market's session. It must find them stored,
+// reading the stream back from the end of the former lease rather than
+// from now, and store none twice.
+func TestRelay_TakeoverAfterLongOutageStoresNothingTwice(t *testing.T) {
+	ns := testenv.StartNATS(t)
+	mosq := testenv.StartMosquitto(t)
+	cfg := testConfig(t, ns.URL(), 2)
+	cfg.JetStream.Ingest = "mqtt"
+	cfg.MQTT.URL = mosq.URL()
+	var gate atomic.Pointer[chan struct{}]
+	a := startInstance(t, cfg, ns.Connect(t), "a", func(part int) {
+		if g := gate.Load(); part == RelayAcks && g != nil {
+			<-*g
+		}
+	})
+	testenv.WaitFor(t, 60*time.Second, "a relaying", func() bool { return a.r.lease.relayReady() == "" })
+	held := make(chan struct{})
+	gate.Store(&held)
+	pub := mosq.Publisher(t, "phones")
+	const n = 20
+	for i := range n {
+		courier := fmt.Sprintf("c%d", i%5)
+		pub.MustPublish(t, "km0/girona/positions/"+courier,
+			fmt.Appendf(nil, `{"courier":%q,"lat":41.98,"lon":%.5f,"timestamp_ms":%d}`, courier, 2.82+float64(i)*1e-4, time.Now().UnixMilli()))
+	}
+	testenv.WaitFor(t, 30*time.Second, "the positions stored, their acks held", func() bool {
+		return len(storedPositions(t, ns.URL(), cfg.JetStream.Stream)) == n
+	})
+	ns.Shutdown()
+	testenv.WaitFor(t, 30*time.Second, "the relay stopped, its lease run out", func() bool { return a.r.lease.relayReady() == notRelaying })
+	gate.Store(nil)
+	close(held)
+	outage := cfg.JetStream.PinTTL + relayAckWait + 10*time.Second // past the read-back window
+	time.Sleep(outage)                                             // the fault's length
+	ns.Restart()
+	testenv.WaitFor(t, 60*time.Second, "the redelivered positions acked", func() bool { return a.r.lease.counts.stored.Load() == n })
+	got := map[string]int{}
+	for _, p := range storedPositions(t, ns.URL(), cfg.JetStream.Stream) {
+		got[string(p.payload)]++
+	}
+	for p, k := range got {
+		if k != 1 {
+			t.Errorf("stored %d times: %s", k, p)
+		}
+	}
+	if skipped := a.r.lease.counts.skipped.Load(); skipped != n {
+		t.Errorf("%d redeliveries found stored, want %d", skipped, n)
+	}
+	t.Logf("%d positions, each stored once, after %v without NATS", len(got), outage)
 }
