@@ -212,6 +212,24 @@ func TestRelay_ClusterOutageKeepsBrokerOrder(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
+			waiting := map[int][]string{} // by partition
+			for courier := range last {
+				if !silent[courier] || !fired[courier] {
+					n := PartitionOf(courier, partitions)
+					waiting[n] = append(waiting[n], courier)
+				}
+			}
+			for _, in := range ins {
+				t.Logf("instance %s: counts %d owned, share %d; relay lease seen: %q", in.r.Instance(), in.r.shares.owned.Load(), in.r.shares.share(), in.r.lease.ready())
+			}
+			for n, couriers := range waiting {
+				t.Logf("partition %d: couriers %v without their final results", n, couriers)
+				for _, in := range ins {
+					s := in.r.Status()[n]
+					t.Logf("  instance %s: heard %v owned %v epoch %d processed %d checkpoint %d lag %d terms %d lost %d dropped %d",
+						in.r.Instance(), in.r.heard(), s.Owned, s.Epoch, s.Processed, s.Checkpoint, s.LagMessages, s.Takeovers, s.Fenced, s.Dropped)
+				}
+			}
 			t.Fatalf("3 minutes after the fleet ended, %d of %d couriers have a no_signal and %d their last window; relay: %q",
 				len(silent), len(last), len(fired), relayOf())
 		}
