@@ -142,6 +142,9 @@ func (l *relayLease) step(ctx context.Context) {
 	l.set(mine)
 	l.terms.Add(1)
 	rl := newRelay(l.r)
+	if rec.UntilMs > 0 {
+		rl.formerUntil = time.UnixMilli(rec.UntilMs)
+	}
 	if err := rl.start(ctx, l.r.nc); err != nil {
 		l.r.log.Error("relay not started; giving the lease up", "err", err)
 		rl.close(ctx)

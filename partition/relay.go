@@ -72,8 +72,11 @@ type relay struct {
 	in      chan inbound
 	pending chan relayed
 	// recent are the positions a former relay stored and may not have
-	// acked: the session hands them to this one again (takeover.go).
-	recent *recentSet
+	// acked: the session hands them to this one again (takeover.go);
+	// formerUntil is when the former relay's lease ended (zero: none, or
+	// given up).
+	recent      *recentSet
+	formerUntil time.Time
 	// batching is the batcher and acks goroutines; storing the stores.
 	batching, storing sync.WaitGroup
 

@@ -18,7 +18,12 @@ import (
 // the stream stored lately (recentWindow back) and acks a redelivered
 // message found among them without storing it again. Positions the broker
 // redelivers are those of the former relay's in-flight window, stored
-// within its lease and the store timeout: recentWindow covers that.
+// within its lease and the store timeout: recentWindow back from the end
+// of the former lease covers that. From the end of the lease, not from
+// now: after a NATS outage the successor starts only once NATS is back,
+// and the former relay's last stores, made as the outage began, their
+// acks to the broker held behind a store that never got its answer, are
+// as old as the outage (TestRelay_TakeoverAfterLongOutageStoresNothingTwice).
 
 // recentSet is the positions stored lately, by entryID, until the first
 // message that is no redelivery: the redeliveries come first.
@@ -59,18 +64,24 @@ func (s *recentSet) has(token string, m *mqtt.Message) bool {
 	return ok
 }
 
-// readRecent reads the batches every partition stored in the last
-// recentWindow. A failure leaves the set empty (logged): a redelivered
-// position may then be stored twice, which the owners' duplicate rule
-// (contract §2) ignores.
+// readRecent reads the batches every partition stored since
+// recentWindow before the former relay's lease ended (formerUntil; now
+// when there was none, it was given up, or it ends later). A failure
+// leaves the set empty (logged): a redelivered position may then be
+// stored twice, which the owners' duplicate rule (contract §2) ignores.
 func (l *relay) readRecent(ctx context.Context) *recentSet {
 	set := &recentSet{ids: map[uint64]struct{}{}}
 	ctx, cancel := context.WithTimeout(ctx, l.r.cfg.JetStream.PinTTL+10*time.Second)
 	defer cancel()
+	from := time.Now()
+	if !l.formerUntil.IsZero() && l.formerUntil.Before(from) {
+		from = l.formerUntil
+	}
+	from = from.Add(-l.recentWindow())
 	oc, err := l.js.OrderedConsumer(ctx, l.r.cfg.JetStream.Stream, jetstream.OrderedConsumerConfig{
 		FilterSubjects:    []string{l.prefix + "*" + l.suffix + BatchToken},
 		DeliverPolicy:     jetstream.DeliverByStartTimePolicy,
-		OptStartTime:      ptr(time.Now().Add(-l.recentWindow())),
+		OptStartTime:      &from,
 		InactiveThreshold: catchUpInactive,
 	})
 	if err != nil {
@@ -97,8 +108,6 @@ func (l *relay) readRecent(ctx context.Context) *recentSet {
 			break
 		}
 	}
-	l.log.Info("relay: positions stored lately, not to be stored again", "positions", len(set.ids), "window", l.recentWindow())
+	l.log.Info("relay: positions stored lately, not to be stored again", "positions", len(set.ids), "since", from.Round(time.Millisecond), "window", l.recentWindow())
 	return set
 }
-
-func ptr[T any](v T) *T { return &v }
