@@ -47,6 +47,12 @@ type leaseRecord struct {
 	Instance string `json:"instance"`
 	UntilMs  int64  `json:"until_ms"` // unrenewed by then, it may be taken
 	Hearing  bool   `json:"hearing"`  // the relay hears its broker
+	// SinceMs, while set, is where the holder read the stream back from
+	// when it took the lease (takeover.go), until it has acked past the
+	// positions the broker gave it again: a successor of a relay that
+	// never got that far reads back from there too, for those positions
+	// still come back, as stored as they were.
+	SinceMs int64 `json:"since_ms,omitempty"`
 }
 
 // relayLease runs the relay on this instance while it holds the lease,
@@ -100,10 +106,14 @@ func (l *relayLease) step(ctx context.Context) {
 			return
 		}
 		hearing := l.relayReady() == ""
-		if hearing == held.Hearing && now.Add(l.ttl-l.ttl/4).UnixMilli() < held.UntilMs {
+		since := held.SinceMs
+		if since != 0 && l.relaySettled() {
+			since = 0
+		}
+		if hearing == held.Hearing && since == held.SinceMs && now.Add(l.ttl-l.ttl/4).UnixMilli() < held.UntilMs {
 			return // renewed less than ttl/4 ago, and the owners know whether it hears
 		}
-		rec := leaseRecord{Instance: l.r.inst, UntilMs: now.Add(l.ttl).UnixMilli(), Hearing: hearing}
+		rec := leaseRecord{Instance: l.r.inst, UntilMs: now.Add(l.ttl).UnixMilli(), Hearing: hearing, SinceMs: since}
 		rev, err := kv.Update(cctx, relayKey, mustJSON(rec), l.rev)
 		switch {
 		case err == nil:
@@ -133,7 +143,8 @@ func (l *relayLease) step(ctx context.Context) {
 			return // another instance relays
 		}
 	}
-	mine := leaseRecord{Instance: l.r.inst, UntilMs: now.Add(l.ttl).UnixMilli()}
+	since := readBackFrom(rec, now, l.r.cfg.JetStream.PinTTL)
+	mine := leaseRecord{Instance: l.r.inst, UntilMs: now.Add(l.ttl).UnixMilli(), SinceMs: since.UnixMilli()}
 	newRev, err := kv.Update(cctx, relayKey, mustJSON(mine), rev)
 	if err != nil {
 		return // another instance was faster, or NATS is away: try again
@@ -142,9 +153,7 @@ func (l *relayLease) step(ctx context.Context) {
 	l.set(mine)
 	l.terms.Add(1)
 	rl := newRelay(l.r)
-	if rec.UntilMs > 0 {
-		rl.formerUntil = time.UnixMilli(rec.UntilMs)
-	}
+	rl.since = since
 	if err := rl.start(ctx, l.r.nc); err != nil {
 		l.r.log.Error("relay not started; giving the lease up", "err", err)
 		rl.close(ctx)
@@ -202,6 +211,15 @@ func (l *relayLease) held() leaseRecord {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.seen
+}
+
+// relaySettled reports whether the running relay has acked past the
+// positions the broker gave it again.
+func (l *relayLease) relaySettled() bool {
+	l.mu.Lock()
+	rl := l.relay
+	l.mu.Unlock()
+	return rl != nil && rl.settled.Load()
 }
 
 // relayReady is the running relay's readiness, or notRelaying.

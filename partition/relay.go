@@ -72,11 +72,14 @@ type relay struct {
 	in      chan inbound
 	pending chan relayed
 	// recent are the positions a former relay stored and may not have
-	// acked: the session hands them to this one again (takeover.go);
-	// formerUntil is when the former relay's lease ended (zero: none, or
-	// given up).
-	recent      *recentSet
-	formerUntil time.Time
+	// acked: the session hands them to this one again (takeover.go),
+	// read from the stream back to since (readBackFrom); recentRead is
+	// closed once read, settled set once a position that was not given
+	// again is acked (every one before it is).
+	recent     *recentSet
+	since      time.Time
+	recentRead chan struct{}
+	settled    atomic.Bool
 	// batching is the batcher and acks goroutines; storing the stores.
 	batching, storing sync.WaitGroup
 
@@ -162,6 +165,7 @@ func newRelay(r *Runner) *relay {
 		r: r, log: r.log.With("ingest", "mqtt"), prefix: prefix, suffix: suffix, numbers: numbers, counts: &r.lease.counts,
 		filter: r.cfg.MQTT.Topic, level: level,
 		in: make(chan inbound, mqtt.DefaultReceiveMaximum), pending: make(chan relayed, mqtt.DefaultReceiveMaximum),
+		recentRead: make(chan struct{}),
 	}
 }
 
@@ -187,8 +191,14 @@ func (l *relay) start(ctx context.Context, nc *nats.Conn) error {
 	l.js = js
 	l.ctx, l.cancel = context.WithCancel(ctx)
 	ctx = l.ctx
-	l.recent = l.readRecent(ctx)
-	l.batching.Go(l.batches)
+	// Read in the batcher, not here: the lease is renewed meanwhile
+	// (the read may take longer than a lease), and the relay says it
+	// does not hear until it is done (ready).
+	l.batching.Go(func() {
+		l.recent = l.readRecent(ctx)
+		close(l.recentRead)
+		l.batches()
+	})
 	l.batching.Go(l.acks)
 	src, err := mqtt.Start(ctx, relayConfig(l.r.cfg), l.log, l.handle)
 	if err != nil {
@@ -326,6 +336,9 @@ func (l *relay) acks() {
 		}
 		l.counts.stored.Add(1)
 		p.m.Ack()
+		if !p.m.Duplicate {
+			l.settled.Store(true)
+		}
 	}
 }
 
@@ -351,6 +364,11 @@ func (l *relay) ready() string {
 	src := l.src.Load()
 	if src == nil {
 		return "mqtt: not started"
+	}
+	select {
+	case <-l.recentRead:
+	default:
+		return "mqtt: reading what the former relay stored"
 	}
 	switch _, up, sub := src.Hearing(); {
 	case !up:

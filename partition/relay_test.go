@@ -323,3 +323,31 @@ func TestRelay_OneRelayTakesOverInOrder(t *testing.T) {
 	last1.Stop()
 	t.Logf("%d results, as the replay", equalsReplay(t, ns.URL(), cfg))
 }
+
+// TestReadBackFrom: a relay taking the lease reads the stream back
+// recentWindow before the former lease ended (before now when it was
+// given up or has not ended), or from where the former relay read back
+// itself when that is earlier: it had not acked past what the broker
+// gave it again, and those positions come back once more.
+func TestReadBackFrom(t *testing.T) {
+	const ttl = 2 * time.Second
+	now := time.UnixMilli(1_000_000_000)
+	w := recentWindow(ttl)
+	for _, c := range []struct {
+		name   string
+		former leaseRecord
+		want   time.Time
+	}{
+		{"no former lease", leaseRecord{}, now.Add(-w)},
+		{"given up", leaseRecord{Instance: "a"}, now.Add(-w)},
+		{"ended 30 s ago", leaseRecord{UntilMs: now.Add(-30 * time.Second).UnixMilli()}, now.Add(-30*time.Second - w)},
+		{"not ended", leaseRecord{UntilMs: now.Add(time.Second).UnixMilli()}, now.Add(-w)},
+		{"ended, settled", leaseRecord{UntilMs: now.Add(-time.Second).UnixMilli()}, now.Add(-time.Second - w)},
+		{"ended, its own read back earlier", leaseRecord{UntilMs: now.Add(-time.Second).UnixMilli(), SinceMs: now.Add(-45 * time.Second).UnixMilli()}, now.Add(-45 * time.Second)},
+		{"ended, its own read back later", leaseRecord{UntilMs: now.Add(-30 * time.Second).UnixMilli(), SinceMs: now.Add(-time.Second).UnixMilli()}, now.Add(-30*time.Second - w)},
+	} {
+		if got := readBackFrom(c.former, now, ttl); !got.Equal(c.want) {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}

@@ -24,6 +24,10 @@ import (
 // and the former relay's last stores, made as the outage began, their
 // acks to the broker held behind a store that never got its answer, are
 // as old as the outage (TestRelay_TakeoverAfterLongOutageStoresNothingTwice).
+// And from further back when the former relay had not acked past what it
+// was given again itself (its lease record's SinceMs): those positions
+// come back once more, as old as they were (a relay that lost its lease
+// while reading, after an outage of all the nodes).
 
 // recentSet is the positions stored lately, by entryID, until the first
 // message that is no redelivery: the redeliveries come first.
@@ -36,8 +40,25 @@ const recentMax = 1 << 20
 
 // recentWindow is how far back the stream is read: the pin TTL (the
 // former relay's lease), the store timeout and a margin.
-func (l *relay) recentWindow() time.Duration {
-	return l.r.cfg.JetStream.PinTTL + relayAckWait + 5*time.Second
+func recentWindow(pinTTL time.Duration) time.Duration {
+	return pinTTL + relayAckWait + 5*time.Second
+}
+
+// readBackFrom is where a relay taking the lease from the record former
+// at now reads the stream back from: recentWindow before the former
+// lease ended (or now, when none did, it was given up, or it ends
+// later), or the former holder's own SinceMs when earlier: a relay that
+// never acked past what the broker gave it again passes its read on.
+func readBackFrom(former leaseRecord, now time.Time, pinTTL time.Duration) time.Time {
+	from := now
+	if former.UntilMs > 0 && former.UntilMs < now.UnixMilli() {
+		from = time.UnixMilli(former.UntilMs)
+	}
+	from = from.Add(-recentWindow(pinTTL))
+	if former.SinceMs > 0 && former.SinceMs < from.UnixMilli() {
+		from = time.UnixMilli(former.SinceMs)
+	}
+	return from
 }
 
 // entryID identifies a position within the relay: its subject token and
@@ -64,20 +85,18 @@ func (s *recentSet) has(token string, m *mqtt.Message) bool {
 	return ok
 }
 
-// readRecent reads the batches every partition stored since
-// recentWindow before the former relay's lease ended (formerUntil; now
-// when there was none, it was given up, or it ends later). A failure
-// leaves the set empty (logged): a redelivered position may then be
-// stored twice, which the owners' duplicate rule (contract §2) ignores.
+// readRecent reads the batches every partition stored since l.since
+// (readBackFrom). A failure leaves the set empty (logged): a redelivered
+// position may then be stored twice, which the owners' duplicate rule
+// (contract §2) ignores.
 func (l *relay) readRecent(ctx context.Context) *recentSet {
 	set := &recentSet{ids: map[uint64]struct{}{}}
 	ctx, cancel := context.WithTimeout(ctx, l.r.cfg.JetStream.PinTTL+10*time.Second)
 	defer cancel()
-	from := time.Now()
-	if !l.formerUntil.IsZero() && l.formerUntil.Before(from) {
-		from = l.formerUntil
+	from := l.since
+	if from.IsZero() {
+		from = time.Now().Add(-recentWindow(l.r.cfg.JetStream.PinTTL))
 	}
-	from = from.Add(-l.recentWindow())
 	oc, err := l.js.OrderedConsumer(ctx, l.r.cfg.JetStream.Stream, jetstream.OrderedConsumerConfig{
 		FilterSubjects:    []string{l.prefix + "*" + l.suffix + BatchToken},
 		DeliverPolicy:     jetstream.DeliverByStartTimePolicy,
@@ -108,6 +127,6 @@ func (l *relay) readRecent(ctx context.Context) *recentSet {
 			break
 		}
 	}
-	l.log.Info("relay: positions stored lately, not to be stored again", "positions", len(set.ids), "since", from.Round(time.Millisecond), "window", l.recentWindow())
+	l.log.Info("relay: positions stored lately, not to be stored again", "positions", len(set.ids), "since", from.Round(time.Millisecond))
 	return set
 }
