@@ -370,7 +370,7 @@ func TestOpen_UpdatesExistingStream(t *testing.T) {
 		if info.State.Msgs != 1 {
 			t.Errorf("got %d messages after reopen, want the 1 kept", info.State.Msgs)
 		}
-		wantSubj := []string{"delivery.dashboard.girona.>", "delivery.late.girona", "delivery.rejected.girona"}
+		wantSubj := []string{"delivery.dashboard.girona.>", "delivery.late.girona", "delivery.rejected.girona", "delivery.zones.girona"}
 		if fmt.Sprint(info.Config.Subjects) != fmt.Sprint(wantSubj) {
 			t.Errorf("got subjects %v, want %v", info.Config.Subjects, wantSubj)
 		}
