@@ -120,7 +120,7 @@ http:
 	send := func(courier string, ts int64, lat, lon float64) {
 		pub.MustPublish(t, "km0/girona/positions/"+courier, fmt.Appendf(nil, `{"courier":%q,"lat":%.6f,"lon":%.6f,"timestamp_ms":%d}`, courier, lat, lon, ts))
 	}
-	const couriers, rounds, every = 24, 90, 500 * time.Millisecond
+	const couriers, rounds, every = 24, 64, 500 * time.Millisecond
 	places := [][2]float64{{41.9794, 2.8214}, {41.9500, 2.7800}}
 	var lastTS int64
 	for round := range rounds {
@@ -139,7 +139,7 @@ http:
 			send(courier, now, lat, lon)
 			lastTS = max(lastTS, now)
 		}
-		if round%30 == 7 {
+		if round%25 == 7 {
 			send("c01", now-30_000, 41.96, 2.80)                                              // late for both operators
 			pub.MustPublish(t, "km0/girona/positions/c02", []byte(`{"courier":"c02","lat":`)) // malformed
 		}
