@@ -30,7 +30,7 @@ func (r *Runner) feedBoard(ctx context.Context, f *board.Feed) {
 			stop()
 			return
 		}
-		if ok, n := r.zonesLog.Allow(); ok {
+		if ok, n := r.readersLog.Allow(); ok {
 			r.log.Warn("fleet board: the other partitions' couriers not followed yet", "err", err, "suppressed", n)
 		}
 		sleepCtx(ctx, fetchWait(r.cfg.JetStream))

@@ -130,11 +130,12 @@ type Runner struct {
 	// the gateway.
 	lease *relayLease
 	// zones is the current reader's merger of the partitions' dead-zone
-	// parts (zones.go), for metrics; zonesLog limits its warnings.
+	// parts (zones.go), for metrics; readersLog limits the warnings of
+	// the readers of the results stream (zones.go, board.go).
 	zones           atomic.Pointer[zoneMerger]
 	zonesIncomplete atomic.Int64 // windows published without every part
 	zonesPublished  atomic.Int64 // dead_zone records handed to the bridge
-	zonesLog        ratelog.Limiter
+	readersLog      ratelog.Limiter
 	ready           chan struct{} // closed once set-up is done
 }
 
@@ -166,7 +167,7 @@ func New(cfg config.Config, deps Deps) (*Runner, error) {
 			log:    deps.Log.With("market", cfg.Market, "instance", inst),
 			shares: shares{parts: int64(cfg.JetStream.Partitions), maxOwned: int64(cfg.JetStream.MaxOwned)},
 		},
-		deps: deps, start: time.Now(), ready: make(chan struct{}), zonesLog: ratelog.Limiter{Every: time.Minute},
+		deps: deps, start: time.Now(), ready: make(chan struct{}), readersLog: ratelog.Limiter{Every: time.Minute},
 	}
 	r.heard = func() bool { return r.lease == nil || r.lease.ready() == "" }
 	r.closed = func() bool { return r.nc.IsClosed() }

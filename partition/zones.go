@@ -290,7 +290,7 @@ func (r *Runner) combineZones(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if ok, n := r.zonesLog.Allow(); ok {
+		if ok, n := r.readersLog.Allow(); ok {
 			r.log.Warn("dead zones: reading the partitions' parts again from the start", "err", err, "suppressed", n)
 		}
 		sleepCtx(ctx, fetchWait(r.cfg.JetStream))
