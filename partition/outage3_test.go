@@ -27,7 +27,7 @@ import (
 // late, every position the broker acked is stored exactly once, and the
 // results equal the per-partition replay.
 func TestRelay_ClusterOutageKeepsBrokerOrder(t *testing.T) {
-	relayFaultRun(t, func(t *testing.T, cl *testenv.Cluster, _ []*instance, relayOf func() string) (time.Time, bool) {
+	relayFaultRun(t, 180, func(t *testing.T, cl *testenv.Cluster, _ []*instance, relayOf func() string) (time.Time, bool) {
 		const outage = 25 * time.Second
 		before := relayOf()
 		var kills sync.WaitGroup
@@ -56,7 +56,7 @@ func TestRelay_ClusterOutageKeepsBrokerOrder(t *testing.T) {
 // late record, every acked position stored once, results equal to the
 // replay.
 func TestRelay_RelayAndOwnerKilledKeepBrokerOrder(t *testing.T) {
-	relayFaultRun(t, func(t *testing.T, _ *testenv.Cluster, ins []*instance, relayOf func() string) (time.Time, bool) {
+	relayFaultRun(t, 100, func(t *testing.T, _ *testenv.Cluster, ins []*instance, relayOf func() string) (time.Time, bool) {
 		relay := relayOf()
 		victims := []string{relay}
 		for _, in := range ins {
@@ -76,17 +76,17 @@ func TestRelay_RelayAndOwnerKilledKeepBrokerOrder(t *testing.T) {
 	})
 }
 
-// relayFaultRun is the fleet of TestRelay_ClusterOutageKeepsBrokerOrder
-// around a fault: fault runs 5 s into the fleet, returns when it is over
-// (its end, and whether it left every partition's stream a gap longer
-// than gap + tolerated_delay to check), and the checks follow.
-func relayFaultRun(t *testing.T, fault func(t *testing.T, cl *testenv.Cluster, ins []*instance, relayOf func() string) (time.Time, bool)) {
+// relayFaultRun is the fleet of TestRelay_ClusterOutageKeepsBrokerOrder,
+// rounds of it 250 ms apart, around a fault: fault runs 5 s into the
+// fleet, returns when it is over (its end, and whether it left every
+// partition's stream a gap longer than gap + tolerated_delay to check),
+// and the checks follow.
+func relayFaultRun(t *testing.T, rounds int, fault func(t *testing.T, cl *testenv.Cluster, ins []*instance, relayOf func() string) (time.Time, bool)) {
 	const (
 		partitions = 6
 		phones     = 40
 		every      = 250 * time.Millisecond
-		rounds     = 180 // 45 s of fleet
-		killAt     = 20  // round: 5 s in
+		killAt     = 20 // round: 5 s in
 	)
 	cl := testenv.StartCluster(t, testenv.ClusterConfig{Nodes: 3})
 	mosq := testenv.StartMosquitto(t)
