@@ -291,7 +291,7 @@ func scaleRun(b *testing.B, bin, natsBin string, c scaleCase) {
 		b.ReportMetric(per(others), "other-inst-µs/pos")
 	}
 	b.Logf("%s: %d positions published, %d received, in %v (%.0f results, %.0f courier-bucket writes); CPU edgeproc %v %v (relay: instance %d), nats-server %v, mosquitto %v, publisher %v; load average %s",
-		c.name, len(msgs), got, took.Round(time.Millisecond), results, kv, d.edgeproc(), d.inst, relay, d.nats, d.mosq, d.self, loadAvg())
+		c.name, len(msgs), got, took.Round(time.Millisecond), results, kv, d.edgeproc(), d.inst, relay, d.nats, d.mosq, d.self, testenv.LoadAvg())
 }
 
 // distinctCount is the number of distinct messages (topic and payload).
@@ -646,19 +646,6 @@ func metricSum(listen, prefix string) (float64, bool) {
 		}
 	}
 	return sum, true
-}
-
-// loadAvg is /proc/loadavg's three load averages.
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
 }
 
 // natsCluster is one nats-server process, or several clustered on

@@ -173,7 +173,7 @@ func sustainRun(b *testing.B, bin, natsBin string, c scaleCase, steps []int) {
 		b.Logf("%s %d/s (%d couriers): published %.0f/s, most behind %.1f s, received %.1f%% by the last ack, all %v after it; CPU %% of a core: edgeproc %s [%s], nats-server %s, mosquitto %s, publisher %s; µs/pos edgeproc %.1f nats %.1f mosquitto %.1f; %.0f late; load %s: %s",
 			c.name, rate, couriers, pubRate, float64(mostBehind)/pubRate, 100*float64(atEnd)/float64(want), catchUp.Round(10*time.Millisecond),
 			pct(d.edgeproc()), strings.Join(inst, ", "), pct(d.nats), pct(d.mosq), pct(d.self),
-			per(d.edgeproc()), per(d.nats), per(d.mosq), late, loadAvg(), verdict)
+			per(d.edgeproc()), per(d.nats), per(d.mosq), late, testenv.LoadAvg(), verdict)
 		if !kept {
 			break
 		}

@@ -163,3 +163,17 @@ func CPUOf(pid int) (time.Duration, error) {
 	}
 	return time.Duration(ticks) * clockTick, nil
 }
+
+// LoadAvg is /proc/loadavg's three load averages, or "?": benchmarks
+// note the machine's load beside their figures.
+func LoadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
