@@ -241,6 +241,11 @@ type Hub struct {
 	statsMu sync.Mutex
 	stats   Stats
 
+	// watch says, per market, whether a page shows it (watching), for
+	// feeds that cost something only worth paying while one does.
+	watchMu sync.Mutex
+	watch   []watching
+
 	join    chan *client
 	leave   chan *client
 	daily   chan dailyChange // from the daily loader (runDaily)
@@ -305,6 +310,7 @@ func New(cfg Config) (*Hub, error) {
 		}
 		h.names[m.Name] = i
 		h.outlines = append(h.outlines, newOutline(m.Area, cfg.MaxAreaEdges))
+		h.watch = append(h.watch, newWatching())
 	}
 	go h.run()
 	if l := newDailyLoader(cfg); len(l.markets) > 0 {
@@ -348,6 +354,67 @@ func (h *Hub) Feed(market string) *Feed {
 	}
 	return &Feed{h: h, market: uint16(i)}
 }
+
+// watching is whether pages show a market: on is closed while one does,
+// off while none does.
+type watching struct {
+	shown   bool
+	on, off chan struct{}
+}
+
+func newWatching() watching {
+	w := watching{on: make(chan struct{}), off: make(chan struct{})}
+	close(w.off)
+	return w
+}
+
+// setShown records, from the hub goroutine, which markets pages show.
+func (h *Hub) setShown(shown []bool) {
+	h.watchMu.Lock()
+	defer h.watchMu.Unlock()
+	for i, now := range shown {
+		w := &h.watch[i]
+		switch {
+		case now && !w.shown:
+			close(w.on)
+			w.off = make(chan struct{})
+		case !now && w.shown:
+			close(w.off)
+			w.on = make(chan struct{})
+		}
+		w.shown = now
+	}
+}
+
+// Watched returns a channel that is closed while a page shows the feed's
+// market (its own page or the all-markets page), and Unwatched one closed
+// while none does: a feed that costs something, such as the couriers an
+// instance of a partitioned market reads from NATS, runs only while the
+// board is looked at. A nil *Feed is never watched.
+func (f *Feed) Watched() <-chan struct{} {
+	if f == nil {
+		return nil
+	}
+	f.h.watchMu.Lock()
+	defer f.h.watchMu.Unlock()
+	return f.h.watch[f.market].on
+}
+
+// Unwatched: see Watched.
+func (f *Feed) Unwatched() <-chan struct{} {
+	if f == nil {
+		return closedChan
+	}
+	f.h.watchMu.Lock()
+	defer f.h.watchMu.Unlock()
+	return f.h.watch[f.market].off
+}
+
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // Position records a valid position (the engine's OnPosition: courier is
 // only read during the call). It never blocks for longer than a copy.

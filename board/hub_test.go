@@ -676,3 +676,59 @@ func TestHub_ForgetCompacts(t *testing.T) {
 		t.Errorf("Stats.Couriers %d, want %d", n, len(want))
 	}
 }
+
+// A market is watched while a page shows it, its own or the all-markets
+// page, and unwatched once none does.
+func TestFeed_WatchedWhileAPageShowsTheMarket(t *testing.T) {
+	h := newHub(t, nil)
+	srv := serve(t, h)
+	a, b := h.Feed("a"), h.Feed("b")
+	isClosed := func(c <-chan struct{}) bool {
+		select {
+		case <-c:
+			return true
+		default:
+			return false
+		}
+	}
+	wait := func(what string, c func() <-chan struct{}) {
+		t.Helper()
+		select {
+		case <-c():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: not within 10 s", what)
+		}
+	}
+	if isClosed(a.Watched()) || !isClosed(a.Unwatched()) {
+		t.Fatal("market a watched with no page")
+	}
+	ctx, closePageA := context.WithCancel(context.Background())
+	defer closePageA()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/board/events?market=a", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	wait("a watched with its page open", a.Watched)
+	if isClosed(a.Unwatched()) {
+		t.Error("a unwatched with its page open")
+	}
+	if isClosed(b.Watched()) {
+		t.Error("b watched with only a's page open")
+	}
+	all := openStream(t, srv.URL+"/board/events")
+	all.next(t)
+	wait("b watched with the all-markets page open", b.Watched)
+	closePageA()
+	all.resp.Body.Close()
+	wait("a unwatched once its pages closed", a.Unwatched)
+	wait("b unwatched once its pages closed", b.Unwatched)
+	if isClosed(a.Watched()) || isClosed(b.Watched()) {
+		t.Error("watched once every page closed")
+	}
+	var nilFeed *Feed
+	if nilFeed.Watched() != nil || !isClosed(nilFeed.Unwatched()) {
+		t.Error("a nil Feed is watched")
+	}
+}

@@ -120,6 +120,7 @@ type state struct {
 	areas    []*outline // by market; nil: no service area
 	markets  []marketView
 	clients  map[*client]struct{}
+	shown    []bool // by market: a page shows it (publish)
 	refused  uint64
 	dropped  uint64
 	slow     uint64
@@ -199,8 +200,24 @@ func (h *Hub) run() {
 	}
 }
 
-// publish copies the hub goroutine's counters for Stats.
+// publish copies the hub goroutine's counters for Stats, and which
+// markets pages show for Feed.Watched.
 func (h *Hub) publish(st *state) {
+	shown := st.shown[:0]
+	for range h.cfg.Markets {
+		shown = append(shown, false)
+	}
+	for c := range st.clients {
+		if c.market < 0 {
+			for i := range shown {
+				shown[i] = true
+			}
+			break
+		}
+		shown[c.market] = true
+	}
+	st.shown = shown
+	h.setShown(shown)
 	h.statsMu.Lock()
 	h.stats = Stats{
 		Refused: st.refused, DeadZonesDropped: st.zones.dropped, SlowClients: st.slow, Updates: st.updates, UpdateBytes: st.bytes,

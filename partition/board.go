@@ -15,14 +15,66 @@ import (
 // the results stream when it starts: its dead-zone layer's 24 hours.
 const boardLookback = 24 * time.Hour
 
+// boardLinger is how long the board goes on following the other
+// partitions after its last page closed: a reload or a page's
+// reconnection does not read them all again.
+const boardLinger = time.Minute
+
 // feedBoard feeds this instance's fleet board f with the whole market,
-// not only the partitions it owns: every partition's results from the
-// results stream, and where each courier is from the courier bucket,
-// which every owner writes. The partitions it owns also feed the board
-// directly, at once; the board keeps the newest of a courier's
-// positions and results, so what arrives twice changes nothing. It runs
-// until ctx ends, starting the feeds again when they cannot start.
+// not only the partitions it owns, while a page shows it (and
+// boardLinger after): every partition's results from the results stream,
+// and where each courier is from the courier bucket, which every owner
+// writes. Following them costs every instance a delivery of each
+// courier's update and result, whatever it owns, so nobody looking
+// means nobody pays; a page that opens sees the others' couriers once
+// the feed has read the bucket's current entries, within a second or
+// two. The partitions it owns feed the board directly, at once, always;
+// the board keeps the newest of a courier's positions and results, so
+// what arrives twice changes nothing. It runs until ctx ends, starting
+// the feeds again when they cannot start.
 func (r *Runner) feedBoard(ctx context.Context, f *board.Feed) {
+	for {
+		select {
+		case <-f.Watched():
+		case <-ctx.Done():
+			return
+		}
+		fctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			r.followWhile(fctx, f)
+		}()
+		waitUnwatched(ctx, f)
+		cancel()
+		<-done
+	}
+}
+
+// waitUnwatched returns once no page has shown f's market for
+// boardLinger, or ctx ends.
+func waitUnwatched(ctx context.Context, f *board.Feed) {
+	for {
+		select {
+		case <-f.Unwatched():
+		case <-ctx.Done():
+			return
+		}
+		t := time.NewTimer(boardLinger)
+		select {
+		case <-f.Watched():
+			t.Stop()
+		case <-t.C:
+			return
+		case <-ctx.Done():
+			t.Stop()
+			return
+		}
+	}
+}
+
+// followWhile follows the other partitions into f until ctx ends.
+func (r *Runner) followWhile(ctx context.Context, f *board.Feed) {
 	for ctx.Err() == nil {
 		stop, err := r.followBoard(ctx, f)
 		if err == nil {

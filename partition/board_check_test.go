@@ -35,11 +35,11 @@ func checkBoard(t *testing.T, p *proc, market string, wm int64, mine, others ite
 			t.Errorf("instance %s: GET %s: %d %s (%v), %d bytes; want 200, the page with %q", p.name, path, res.StatusCode, res.Header.Get("Content-Type"), err, len(body), want)
 		}
 	}
+	// The first page to open starts the board's feed of the other
+	// partitions (partition/board.go): their couriers come once it has
+	// read the courier bucket, so a snapshot may lack them for a moment.
 	var problem string
-	for attempt := range 3 {
-		if attempt > 0 {
-			time.Sleep(600 * time.Millisecond)
-		}
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
 		var shown int
 		if problem, shown = boardProblem(p.listen, market, wm, mine, others); problem == "" {
 			t.Logf("instance %s: board snapshot shows %d couriers of its partitions at their newest position, and the market's others", p.name, shown)
