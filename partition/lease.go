@@ -233,6 +233,22 @@ func (l *relayLease) relayReady() string {
 	return rl.ready()
 }
 
+// unacked is how many of the broker's messages the running relay holds
+// unacked (0 when this instance does not relay): at the broker's window
+// (Receive Maximum) the broker sends no more until acks come.
+func (l *relayLease) unacked() int {
+	l.mu.Lock()
+	rl := l.relay
+	l.mu.Unlock()
+	if rl == nil {
+		return 0
+	}
+	if src := rl.src.Load(); src != nil {
+		return src.Stats().Outstanding
+	}
+	return 0
+}
+
 // notRelaying is relayReady on an instance not holding the lease.
 const notRelaying = "mqtt: not relaying"
 

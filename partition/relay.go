@@ -142,6 +142,13 @@ var storedBatch = func() *batch {
 // edgeproc's CPU and 62 of nats-server's a position, 20 ms 58 and 45.
 const batchLinger = 20 * time.Millisecond
 
+// windowFlush is how many positions held in open batches make the relay
+// store them all before their linger: half the broker's window (the
+// Receive Maximum it announces), so the other half keeps coming while
+// these are stored. Without it the window, not the CPU, bounds the relay
+// at a window a linger: 1 024 positions every 20 ms and more.
+const windowFlush = mqtt.DefaultReceiveMaximum / 2
+
 // batchID identifies a batch for the stream's duplicate window: the same
 // batch sent again is dropped.
 func batchID(body []byte) string {
@@ -237,9 +244,18 @@ func (l *relay) batches() {
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
 	armed := false
+	held := 0 // positions in open batches
 	store := func(b *batch) {
+		held -= b.n
 		b.prev, last[b.part], open[b.part] = last[b.part], b, nil
 		l.storing.Go(func() { l.store(b) })
+	}
+	storeOpen := func() {
+		for _, b := range open {
+			if b != nil {
+				store(b)
+			}
+		}
 	}
 	for {
 		select {
@@ -259,17 +275,20 @@ func (l *relay) batches() {
 				}
 			}
 			b.add(in.token, in.m.Payload)
+			held++
 			l.pending <- relayed{m: in.m, b: b}
-			if b.n >= batchMax || len(b.body) >= batchMaxBytes {
+			switch {
+			case b.n >= batchMax || len(b.body) >= batchMaxBytes:
 				store(b)
+			case held >= windowFlush:
+				// The broker sends no more than its window unacked:
+				// waiting out the linger with half of it held would
+				// only idle it.
+				storeOpen()
 			}
 		case <-linger.C:
 			armed = false
-			for _, b := range open {
-				if b != nil {
-					store(b)
-				}
-			}
+			storeOpen()
 		case <-l.ctx.Done():
 			return
 		}

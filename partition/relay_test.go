@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/km0/edgeproc/internal/testenv"
+	"github.com/km0/edgeproc/mqtt"
 )
 
 // TestPartitionOf_AgreesWithTheServersMapping: the relay's partition of a
@@ -348,6 +349,52 @@ func TestReadBackFrom(t *testing.T) {
 	} {
 		if got := readBackFrom(c.former, now, ttl); !got.Equal(c.want) {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// With half the broker's window held in open batches the relay stores
+// them at once rather than after their linger: the broker sends no more
+// than its window unacked, so a linger-long wait would idle it. A
+// window's worth of one courier's positions, all received before the
+// batcher starts, goes out in batches of at most windowFlush positions
+// (without the rule, one batch of all of them).
+func TestRelay_HalfTheWindowHeldIsStoredAtOnce(t *testing.T) {
+	r, ns, ctx := setUpRunner(t, 2)
+	if r.lease == nil { // testConfig's ingest is the gateway
+		r.lease = &relayLease{}
+	}
+	l := newRelay(r)
+	js, err := jetstream.New(ns.Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.js = js
+	l.ctx, l.cancel = context.WithCancel(ctx)
+	const n = mqtt.DefaultReceiveMaximum
+	for i := range n {
+		m := &mqtt.Message{Topic: "km0/girona/positions/c1", Payload: fmt.Appendf(nil, `{"courier_id":"c1","ts":%d,"lat":41.98,"lon":2.82}`, 1_700_000_000_000+int64(i)*1000)}
+		part, token := l.route(m.Topic)
+		l.in <- inbound{part: part, token: token, m: m}
+	}
+	go func() {
+		for range l.pending { // acked by nobody: the test reads the stream
+		}
+	}()
+	l.batching.Go(l.batches)
+	defer func() { l.cancel(); l.batching.Wait() }()
+	var stored []storedPosition
+	testenv.WaitFor(t, time.Minute, "every position stored", func() bool {
+		stored = storedPositions(t, ns.URL(), r.cfg.JetStream.Stream)
+		return len(stored) == n
+	})
+	sizes := map[uint64]int{}
+	for _, p := range stored {
+		sizes[p.seq]++
+	}
+	for seq, size := range sizes {
+		if size > n/2 {
+			t.Errorf("batch at stream sequence %d holds %d positions, want at most %d (half the window)", seq, size, n/2)
 		}
 	}
 }

@@ -235,6 +235,8 @@ func (r *Runner) Collector() prometheus.Collector {
 		bad:       desc("edgeproc_partition_bad_batches_total", "Batches of the positions stream that did not decode (the positions before the damage applied)."),
 		relay: prometheus.NewDesc("edgeproc_relay_active",
 			"1 while this instance holds the relay lease and relays the market's broker (jetstream.ingest mqtt).", []string{"instance"}, m),
+		unacked: prometheus.NewDesc("edgeproc_relay_unacked",
+			"Messages the relay has received from the broker and not yet acked (each acked once its batch is stored); at 1024 (the Receive Maximum edgeproc announces) the broker sends no more until acks come. 0 when this instance does not relay.", []string{"instance"}, m),
 		relayed: prometheus.NewDesc("edgeproc_relay_positions_total",
 			"Positions this instance relayed, by outcome: stored (acked to the broker once stored), skipped (a redelivery a former relay had stored), retried (batch stores sent again).", []string{"instance", "outcome"}, m),
 		zonesWaiting: prometheus.NewDesc("edgeproc_dead_zone_windows_waiting",
@@ -248,13 +250,13 @@ func (r *Runner) Collector() prometheus.Collector {
 
 // collector reads the partitions' atomics at scrape time.
 type collector struct {
-	r                                                                                                            *Runner
-	owned, processed, ckpt, lagMsgs, lagSec, takeovers, fenced, dropped, caughtUp, bad, mismatch, relay, relayed *prometheus.Desc
-	zonesWaiting, zonesIncomplete                                                                                *prometheus.Desc
+	r                                                                                                                     *Runner
+	owned, processed, ckpt, lagMsgs, lagSec, takeovers, fenced, dropped, caughtUp, bad, mismatch, relay, relayed, unacked *prometheus.Desc
+	zonesWaiting, zonesIncomplete                                                                                         *prometheus.Desc
 }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.owned, c.processed, c.ckpt, c.lagMsgs, c.lagSec, c.takeovers, c.fenced, c.dropped, c.caughtUp, c.bad, c.mismatch, c.relay, c.relayed, c.zonesWaiting, c.zonesIncomplete} {
+	for _, d := range []*prometheus.Desc{c.owned, c.processed, c.ckpt, c.lagMsgs, c.lagSec, c.takeovers, c.fenced, c.dropped, c.caughtUp, c.bad, c.mismatch, c.relay, c.relayed, c.unacked, c.zonesWaiting, c.zonesIncomplete} {
 		ch <- d
 	}
 }
@@ -279,6 +281,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			active = 1
 		}
 		ch <- prometheus.MustNewConstMetric(c.relay, prometheus.GaugeValue, active, c.r.inst)
+		ch <- prometheus.MustNewConstMetric(c.unacked, prometheus.GaugeValue, float64(l.unacked()), c.r.inst)
 		ch <- prometheus.MustNewConstMetric(c.relayed, prometheus.CounterValue, float64(l.counts.stored.Load()), c.r.inst, "stored")
 		ch <- prometheus.MustNewConstMetric(c.relayed, prometheus.CounterValue, float64(l.counts.skipped.Load()), c.r.inst, "skipped")
 		ch <- prometheus.MustNewConstMetric(c.relayed, prometheus.CounterValue, float64(l.counts.retries.Load()), c.r.inst, "retried")
