@@ -85,6 +85,43 @@ var scaleCases = []scaleCase{
 	{"gateway-3-r3", 3, 3, 3, "gateway"},
 }
 
+// scaleProfile is where BenchmarkScaleOut writes each instance's CPU
+// profile of the middle of its run.
+var scaleProfile = flag.String("scale.profile", "", "BenchmarkScaleOut: a directory for each instance's CPU profile (CASE-eN.pprof) of the middle half of the fleet's run")
+
+// profile takes a CPU profile of each instance over the middle half of
+// the fleet's run into -scale.profile, if set; the returned func waits
+// for them.
+func (env *scaleEnv) profile(b *testing.B, name string) func() {
+	if *scaleProfile == "" {
+		return func() {}
+	}
+	var wg sync.WaitGroup
+	for i, l := range env.listens {
+		wg.Go(func() {
+			time.Sleep(*scaleFor / 4)
+			url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", l, int((*scaleFor / 2).Seconds()))
+			res, err := http.Get(url)
+			if err != nil {
+				b.Errorf("profile instance %d: %v", i, err)
+				return
+			}
+			defer res.Body.Close()
+			data, err := io.ReadAll(res.Body)
+			if err == nil && res.StatusCode != http.StatusOK {
+				err = fmt.Errorf("%s: %s", url, res.Status)
+			}
+			if err == nil {
+				err = os.WriteFile(filepath.Join(*scaleProfile, fmt.Sprintf("%s-e%d.pprof", name, i)), data, 0o644)
+			}
+			if err != nil {
+				b.Errorf("profile instance %d: %v", i, err)
+			}
+		})
+	}
+	return wg.Wait
+}
+
 // scaleFor is how long the fleet publishes.
 var scaleFor = flag.Duration("scale.for", 60*time.Second, "BenchmarkScaleOut: how long the fleet publishes")
 
@@ -93,6 +130,7 @@ type scaleEnv struct {
 	nats    *natsCluster
 	mosq    *testenv.Mosquitto // nil with the gateway
 	procs   []*testenv.Proc
+	limits  []*testenv.CPULimit // each instance's, with -scale.cpu
 	listens []string
 	// pubAddrs is where the fleet publishes: Mosquitto, or every node's
 	// MQTT listener.
@@ -120,7 +158,7 @@ func startScale(b *testing.B, bin, natsBin string, c scaleCase, fleet time.Time,
 		y := fmt.Sprintf(`market: girona
 nats: {url: %q}
 windows: {size: 5m, slide: 1m}
-http: {listen: %s}
+http: {listen: %s, pprof: true}
 `, env.nats.url(), listen)
 		if env.mosq != nil {
 			y += fmt.Sprintf("mqtt: {url: %q}\n", env.mosq.URL())
@@ -137,7 +175,11 @@ http: {listen: %s}
 		if err := os.WriteFile(conf, []byte(y), 0o600); err != nil {
 			b.Fatal(err)
 		}
-		env.procs = append(env.procs, testenv.StartProc(b, fmt.Sprintf("e%d", i), bin, "run", "--config", conf))
+		p := testenv.StartProc(b, fmt.Sprintf("e%d", i), bin, "run", "--config", conf)
+		if *scaleCores > 0 {
+			env.limits = append(env.limits, testenv.LimitCPU(b, p.Pid(), *scaleCores))
+		}
+		env.procs = append(env.procs, p)
 		env.listens = append(env.listens, listen)
 	}
 	for _, l := range env.listens {
@@ -170,6 +212,23 @@ func (env *scaleEnv) stop() {
 		wg.Go(func() { _ = p.Stop(30 * time.Second) })
 	}
 	wg.Wait()
+}
+
+// throttled is how long each instance has been held back by its CPU
+// quota (nil without -scale.cpu).
+func (env *scaleEnv) throttled(b *testing.B) []time.Duration {
+	if len(env.limits) == 0 {
+		return nil
+	}
+	out := make([]time.Duration, len(env.limits))
+	for i, l := range env.limits {
+		d, err := l.Throttled()
+		if err != nil {
+			b.Fatal(err)
+		}
+		out[i] = d
+	}
+	return out
 }
 
 // scaleCPU is the CPU time each process has used.
@@ -257,6 +316,7 @@ func scaleRun(b *testing.B, bin, natsBin string, c scaleCase) {
 	cpu0 := env.cpu(b)
 	t0 := time.Now()
 	b.StartTimer()
+	profiled := env.profile(b, c.name)
 	if _, err := publishMQTT(env.pubAddrs, msgs, *scaleFor, nil); err != nil {
 		b.Fatal(err)
 	}
@@ -273,6 +333,7 @@ func scaleRun(b *testing.B, bin, natsBin string, c scaleCase) {
 		}
 	}
 	b.StopTimer()
+	profiled()
 	took := time.Since(t0)
 	d := env.cpu(b).sub(cpu0)
 	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(len(msgs)) }

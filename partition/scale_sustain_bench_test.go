@@ -35,6 +35,15 @@ import (
 //	go test -run '^$' -bench 'ScaleOutSustained/jetstream-3$' -benchtime 1x -timeout 30m ./partition
 //	go test -run '^$' -bench 'ScaleOutSustained/jetstream-3-r3' -benchtime 1x -timeout 30m ./partition
 //
+// With -scale.cpu each edgeproc process may use that share of a core and
+// no more (testenv.LimitCPU), as if each ran on a machine of its own of
+// that size, while nats-server, Mosquitto and the publisher share the
+// rest; each step logs how long each instance was held back by its
+// quota ("throttled", in % of the step). That compares what one machine
+// takes with what three take, on one machine:
+//
+//	go test -run '^$' -bench 'ScaleOutSustained/(mqtt|jetstream-3)$' -benchtime 1x -timeout 40m ./partition -scale.cpu 0.25 -scale.steps 10000,15000,20000,25000,30000,35000,40000
+//
 // Between steps the next fleet is generated (up to about 15 s at
 // 60 000/s): a pause well below windows.idle_timeout (30 s), so the
 // watermark stays with the fleet's event time (each step logs the
@@ -70,6 +79,7 @@ var (
 	scaleSteps  = flag.String("scale.steps", "", "BenchmarkScaleOutSustained: the offered rates, positions/s, comma-separated (default: each case's own)")
 	scaleStep   = flag.Duration("scale.step", time.Minute, "BenchmarkScaleOutSustained: how long each rate is offered, in whole minutes")
 	scaleKeepUp = flag.Duration("scale.keepup", 2*time.Second, "BenchmarkScaleOutSustained: a step is kept up when its positions are all received within this of the broker's last ack")
+	scaleCores  = flag.Float64("scale.cpu", 0, "the scale-out benchmarks: the CPU each edgeproc process may use, in cores (a cgroup quota of its own, as if each ran on a machine of that size; needs root); 0: no limit")
 )
 
 func parseSteps(s string) ([]int, error) {
@@ -106,6 +116,7 @@ func sustainRun(b *testing.B, bin, natsBin string, c scaleCase, steps []int) {
 		base := receivedPositions(env.listens)
 		late0 := sumMetric(env.listens, "edgeproc_positions_late_total{")
 		cpu0 := env.cpu(b)
+		thr0 := env.throttled(b)
 		var acked atomic.Int64
 		start := time.Now()
 		b.StartTimer()
@@ -149,6 +160,7 @@ func sustainRun(b *testing.B, bin, natsBin string, c scaleCase, steps []int) {
 		b.StopTimer()
 		wall := time.Since(start)
 		d := env.cpu(b).sub(cpu0)
+		thr := env.throttled(b)
 		late := sumMetric(env.listens, "edgeproc_positions_late_total{") - late0
 		pubOK := pubRate >= 0.95*float64(len(msgs))/span.Seconds()
 		kept := got >= want && pubOK
@@ -159,6 +171,9 @@ func sustainRun(b *testing.B, bin, natsBin string, c scaleCase, steps []int) {
 			s := pct(x)
 			if i == relay {
 				s += " (relay)"
+			}
+			if thr != nil {
+				s += fmt.Sprintf(" throttled %s", pct(thr[i]-thr0[i]))
 			}
 			inst = append(inst, s)
 		}
