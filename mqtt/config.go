@@ -102,6 +102,12 @@ type Config struct {
 	// its OnDeaf. The service runs its idle rule only in between.
 	OnListening func(at time.Time)
 	OnDeaf      func(at time.Time)
+	// MayConnect, if set, is asked before each connection attempt; an
+	// error skips the attempt (logged like a failed one, and backed off).
+	// A client that shares its ClientID with others one at a time (the
+	// partitioned source's relay, under a lease) uses it not to take the
+	// session back from its successor once it no longer may have it.
+	MayConnect func() error
 }
 
 // withDefaults returns a copy of c with zero fields set to their defaults.

@@ -236,7 +236,14 @@ func (s *Source) run() {
 		if s.ctx.Err() != nil {
 			return
 		}
-		c, err := s.dial(s.ctx)
+		var c *client
+		var err error
+		if s.cfg.MayConnect != nil {
+			err = s.cfg.MayConnect()
+		}
+		if err == nil {
+			c, err = s.dial(s.ctx)
+		}
 		if err != nil {
 			if s.ctx.Err() == nil {
 				if ok, held := s.connLog.Allow(); ok {

@@ -5,6 +5,7 @@ package mqtt
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -442,4 +443,32 @@ func TestSource_UnreachableBrokerLogsRateLimited(t *testing.T) {
 	if !strings.Contains(logs.String(), "suppressed=") {
 		t.Errorf("no warning says how many were held back:\n%s", logs.String())
 	}
+}
+
+// MayConnect gates every connection attempt: while it refuses, the
+// source does not connect (nor take the session from the client that
+// has it); once it allows, the source connects and receives.
+func TestSource_MayConnectGatesEveryAttempt(t *testing.T) {
+	t.Parallel()
+	broker := testenv.StartMosquitto(t)
+	var allowed, asked atomic.Int64
+	cfg := testConfig(broker.URL(), "edgeproc-gated")
+	cfg.MayConnect = func() error {
+		asked.Add(1)
+		if allowed.Load() == 0 {
+			return errors.New("not now")
+		}
+		return nil
+	}
+	rec := newRecorder()
+	src := mustStart(t, cfg, func(m *Message) { rec.handle(m); m.Ack() })
+	testenv.WaitFor(t, 10*time.Second, "two attempts refused", func() bool { return asked.Load() >= 2 })
+	if st := src.Stats(); st.Connected || st.Connects != 0 {
+		t.Fatalf("while MayConnect refuses, got stats %+v, want never connected", st)
+	}
+	allowed.Store(1)
+	waitSubscribed(t, src)
+	publishSeq(t, broker.Publisher(t, ""), "van-9", 0, 3)
+	rec.waitLen(t, 3, 10*time.Second)
+	mustClose(t, src)
 }

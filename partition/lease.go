@@ -101,6 +101,13 @@ func (l *relayLease) step(ctx context.Context) {
 	now := time.Now()
 	if l.rev != 0 {
 		held := l.held()
+		if rl := l.current(); rl != nil && rl.lapsed.Load() {
+			// It stopped itself: give the lease up (if it is still this
+			// instance's) for the next relay to start at once.
+			l.r.log.Warn("relay lease given up: it lapsed under the relay", "until", time.UnixMilli(held.UntilMs))
+			l.resign(cctx)
+			return
+		}
 		if now.UnixMilli() >= held.UntilMs {
 			l.lose("the lease ran out before it was renewed")
 			return
@@ -201,6 +208,13 @@ func (l *relayLease) stopRelay(ctx context.Context) {
 	}
 }
 
+// current is the running relay, nil when this instance does not relay.
+func (l *relayLease) current() *relay {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.relay
+}
+
 func (l *relayLease) set(rec leaseRecord) {
 	l.mu.Lock()
 	l.seen = rec
@@ -216,17 +230,13 @@ func (l *relayLease) held() leaseRecord {
 // relaySettled reports whether the running relay has acked past the
 // positions the broker gave it again.
 func (l *relayLease) relaySettled() bool {
-	l.mu.Lock()
-	rl := l.relay
-	l.mu.Unlock()
+	rl := l.current()
 	return rl != nil && rl.settled.Load()
 }
 
 // relayReady is the running relay's readiness, or notRelaying.
 func (l *relayLease) relayReady() string {
-	l.mu.Lock()
-	rl := l.relay
-	l.mu.Unlock()
+	rl := l.current()
 	if rl == nil {
 		return notRelaying
 	}
@@ -237,9 +247,7 @@ func (l *relayLease) relayReady() string {
 // unacked (0 when this instance does not relay): at the broker's window
 // (Receive Maximum) the broker sends no more until acks come.
 func (l *relayLease) unacked() int {
-	l.mu.Lock()
-	rl := l.relay
-	l.mu.Unlock()
+	rl := l.current()
 	if rl == nil {
 		return 0
 	}

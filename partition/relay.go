@@ -3,6 +3,7 @@ package partition
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"hash/fnv"
 	"log/slog"
 	"strconv"
@@ -80,6 +81,7 @@ type relay struct {
 	since      time.Time
 	recentRead chan struct{}
 	settled    atomic.Bool
+	lapsed     atomic.Bool // the lease lapsed under the relay: it stopped (leaseLasts)
 	// batching is the batcher and acks goroutines; storing the stores.
 	batching, storing sync.WaitGroup
 
@@ -185,6 +187,28 @@ func relayConfig(cfg config.Config) mqtt.Config {
 	return market.MQTTConfig(cfg.MQTT)
 }
 
+// errLeaseLapsed stops a relay whose lease has lapsed under it.
+var errLeaseLapsed = errors.New("the relay lease lapsed before it was renewed (the process paused or NATS too slow to answer)")
+
+// leaseLasts reports whether the lease this relay runs under, by this
+// machine's clock, lasts long enough that what it connects or stores now
+// is done before a successor may take over: pin_ttl/4 or more left. A
+// relay whose process was paused past its lease (SIGSTOP, a stalled VM)
+// finds on waking that it does not, before it sends a batch its
+// successor is given again by the broker, or takes the broker's session
+// back from it; it stops then (the lease loop gives the lease up).
+func (l *relay) leaseLasts() error {
+	rec := l.r.lease.held()
+	if rec.Instance == l.r.inst && time.Until(time.UnixMilli(rec.UntilMs)) >= l.r.lease.ttl/4 {
+		return nil
+	}
+	if l.lapsed.CompareAndSwap(false, true) {
+		l.log.Warn("relay: stopping: what it holds unacked goes to the next relay", "err", errLeaseLapsed)
+	}
+	l.cancel()
+	return errLeaseLapsed
+}
+
 // relayAckWait is how long a store waits for the stream's ack before it
 // is sent again.
 const relayAckWait = 5 * time.Second
@@ -207,7 +231,9 @@ func (l *relay) start(ctx context.Context, nc *nats.Conn) error {
 		l.batches()
 	})
 	l.batching.Go(l.acks)
-	src, err := mqtt.Start(ctx, relayConfig(l.r.cfg), l.log, l.handle)
+	mc := relayConfig(l.r.cfg)
+	mc.MayConnect = l.leaseLasts
+	src, err := mqtt.Start(ctx, mc, l.log, l.handle)
 	if err != nil {
 		return err
 	}
@@ -321,6 +347,9 @@ func (l *relay) store(b *batch) {
 			case <-l.ctx.Done():
 				return
 			}
+		}
+		if l.leaseLasts() != nil {
+			return
 		}
 		ack, err := l.js.PublishMsgAsync(msg)
 		if err != nil {

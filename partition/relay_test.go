@@ -2,6 +2,7 @@ package partition
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -361,10 +362,7 @@ func TestReadBackFrom(t *testing.T) {
 // (without the rule, one batch of all of them).
 func TestRelay_HalfTheWindowHeldIsStoredAtOnce(t *testing.T) {
 	r, ns, ctx := setUpRunner(t, 2)
-	if r.lease == nil { // testConfig's ingest is the gateway
-		r.lease = &relayLease{}
-	}
-	l := newRelay(r)
+	l := heldRelay(t, r, time.Minute)
 	js, err := jetstream.New(ns.Connect(t))
 	if err != nil {
 		t.Fatal(err)
@@ -396,5 +394,50 @@ func TestRelay_HalfTheWindowHeldIsStoredAtOnce(t *testing.T) {
 		if size > n/2 {
 			t.Errorf("batch at stream sequence %d holds %d positions, want at most %d (half the window)", seq, size, n/2)
 		}
+	}
+}
+
+// heldRelay is a relay of r, built but not started, under a lease of
+// r's instance that ends in left (pin_ttl 4 s).
+func heldRelay(t *testing.T, r *Runner, left time.Duration) *relay {
+	t.Helper()
+	if r.lease == nil { // testConfig's ingest is the gateway
+		r.lease = &relayLease{r: r}
+	}
+	r.lease.ttl = 4 * time.Second
+	r.lease.set(leaseRecord{Instance: r.inst, UntilMs: time.Now().Add(left).UnixMilli()})
+	return newRelay(r)
+}
+
+// A relay whose lease has less than a quarter of pin_ttl left by its
+// clock (its process paused past it: SIGSTOP, a stalled VM) stores no
+// batch and stops: what it holds unacked, the broker gives its
+// successor, which would store it again.
+func TestRelay_LapsedLeaseStoresNothing(t *testing.T) {
+	r, ns, ctx := setUpRunner(t, 2)
+	l := heldRelay(t, r, 900*time.Millisecond) // under 4 s / 4
+	js, err := jetstream.New(ns.Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.js = js
+	l.ctx, l.cancel = context.WithCancel(ctx)
+	defer l.cancel()
+	b := newBatch(0)
+	b.add("c1", []byte(`{"courier_id":"c1","ts":1700000000000,"lat":41.98,"lon":2.82}`))
+	l.store(b)
+	select {
+	case <-b.stored:
+		t.Fatal("a batch stored under a lapsed lease")
+	default:
+	}
+	if !l.lapsed.Load() || l.ctx.Err() == nil {
+		t.Errorf("lapsed %v, relay context %v: want the relay stopped", l.lapsed.Load(), l.ctx.Err())
+	}
+	if err := l.leaseLasts(); !errors.Is(err, errLeaseLapsed) {
+		t.Errorf("leaseLasts (MayConnect) = %v, want errLeaseLapsed", err)
+	}
+	if got := storedPositions(t, ns.URL(), r.cfg.JetStream.Stream); len(got) != 0 {
+		t.Errorf("%d positions stored, want none", len(got))
 	}
 }
