@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -449,4 +450,119 @@ func storedPositions(t testing.TB, url, stream string, filter ...string) []store
 		}
 	}
 	return out
+}
+
+// phones publishes to the MQTT broker at addr as n phones would, an MQTT
+// client each: each position kept until the broker acks it, sent again
+// on a new connection if that fails.
+type phones struct {
+	queues []chan string
+	sent   sync.WaitGroup
+	mu     sync.Mutex
+	acked  map[string]int // payload → times the broker acked it
+}
+
+// startPhones starts n phones c0 … c(n-1), each taking up to perPhone
+// positions without blocking.
+func startPhones(addr string, n, perPhone int) *phones {
+	ph := &phones{queues: make([]chan string, n), acked: map[string]int{}}
+	for c := range ph.queues {
+		ph.queues[c] = make(chan string, perPhone)
+		topic := fmt.Sprintf("km0/girona/positions/c%d", c)
+		ph.sent.Go(func() {
+			var pub *testenv.Publisher
+			defer func() {
+				if pub != nil {
+					pub.Close()
+				}
+			}()
+			for p := range ph.queues[c] {
+				for {
+					if pub == nil {
+						var err error
+						if pub, err = testenv.DialPublisher(addr, fmt.Sprintf("phone-%d", c)); err != nil {
+							time.Sleep(100 * time.Millisecond)
+							continue
+						}
+					}
+					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+					err := pub.Publish(ctx, topic, []byte(p))
+					cancel()
+					if err == nil {
+						break
+					}
+					pub.Close()
+					pub = nil
+				}
+				ph.mu.Lock()
+				ph.acked[p]++
+				ph.mu.Unlock()
+			}
+		})
+	}
+	return ph
+}
+
+// send queues a position of courier cN (topic km0/girona/positions/cN):
+// testenv.LiveFleet's send.
+func (ph *phones) send(topic string, payload []byte) {
+	var c int
+	_, _ = fmt.Sscanf(topic, "km0/girona/positions/c%d", &c)
+	ph.queues[c] <- string(payload)
+}
+
+// stop waits for every queued position to be acked and returns how many
+// times each was.
+func (ph *phones) stop() map[string]int {
+	for _, q := range ph.queues {
+		close(q)
+	}
+	ph.sent.Wait()
+	return ph.acked
+}
+
+func sumCounts(m map[string]int) int {
+	n := 0
+	for _, c := range m {
+		n += c
+	}
+	return n
+}
+
+// storedOnce waits (2 minutes at most) for every position the broker
+// acked to be in the positions stream, then checks each is stored as many
+// times as it was acked: once, unless a phone sent it twice. It returns
+// the stream's positions and how many times each payload is there.
+func storedOnce(t testing.TB, url, stream string, acked map[string]int) ([]storedPosition, map[string]int) {
+	t.Helper()
+	var stored []storedPosition
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(500 * time.Millisecond) {
+		stored = storedPositions(t, url, stream)
+		seen := map[string]bool{}
+		for _, p := range stored {
+			seen[string(p.payload)] = true
+		}
+		missing := 0
+		for p := range acked {
+			if !seen[p] {
+				missing++
+			}
+		}
+		if missing == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of the %d positions the broker acked not in the positions stream 2 minutes after the fleet ended", missing, sumCounts(acked))
+		}
+	}
+	times := map[string]int{}
+	for _, p := range stored {
+		times[string(p.payload)]++
+	}
+	for p, n := range times {
+		if n != acked[p] {
+			t.Errorf("stored %d times, acked %d: %s", n, acked[p], p)
+		}
+	}
+	return stored, times
 }

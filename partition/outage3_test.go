@@ -1,7 +1,6 @@
 package partition
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"sync"
@@ -117,47 +116,7 @@ func relayFaultRun(t *testing.T, rounds int, fault func(t *testing.T, cl *testen
 	testenv.WaitFor(t, 30*time.Second, "an instance relaying", func() bool { return relayOf() != "" })
 	t.Logf("instance %s relays", relayOf())
 
-	// The phones, one MQTT client each: each position kept until the
-	// broker acks it, sent again on a new connection if it fails.
-	var mu sync.Mutex
-	acked := map[string]int{}
-	queues := make([]chan string, phones)
-	topics := make([]string, phones)
-	var sent sync.WaitGroup
-	for c := range phones {
-		queues[c] = make(chan string, rounds)
-		topics[c] = fmt.Sprintf("km0/girona/positions/c%d", c)
-		sent.Go(func() {
-			var pub *testenv.Publisher
-			defer func() {
-				if pub != nil {
-					pub.Close()
-				}
-			}()
-			for p := range queues[c] {
-				for {
-					if pub == nil {
-						var err error
-						if pub, err = testenv.DialPublisher(mosq.Addr(), fmt.Sprintf("phone-%d", c)); err != nil {
-							time.Sleep(100 * time.Millisecond)
-							continue
-						}
-					}
-					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-					err := pub.Publish(ctx, topics[c], []byte(p))
-					cancel()
-					if err == nil {
-						break
-					}
-					pub.Close()
-					pub = nil
-				}
-				mu.Lock()
-				acked[p]++
-				mu.Unlock()
-			}
-		})
-	}
+	ph := startPhones(mosq.Addr(), phones, rounds)
 	down := make(chan struct{})
 	fleet := make(chan map[string]int64, 1)
 	go func() {
@@ -165,11 +124,7 @@ func relayFaultRun(t *testing.T, rounds int, fault func(t *testing.T, cl *testen
 			if round == killAt {
 				close(down)
 			}
-		}, func(topic string, payload []byte) {
-			var c int
-			_, _ = fmt.Sscanf(topic, "km0/girona/positions/c%d", &c)
-			queues[c] <- string(payload)
-		})
+		}, ph.send)
 	}()
 
 	// The outage: every node killed at once, started again 25 s later.
@@ -179,47 +134,10 @@ func relayFaultRun(t *testing.T, rounds int, fault func(t *testing.T, cl *testen
 	t.Logf("instance %s relays %v after the fault", relayOf(), time.Since(restarted).Round(10*time.Millisecond))
 
 	last := <-fleet
-	for _, q := range queues {
-		close(q)
-	}
-	sent.Wait()
-	published := 0
-	for _, n := range acked {
-		published += n
-	}
+	acked := ph.stop()
 	t.Logf("%d positions published by %d phones and acked by the broker; fleet ended %v after the restart",
-		published, phones, time.Since(restarted).Round(100*time.Millisecond))
-
-	// Every acked position stored, exactly once.
-	var stored []storedPosition
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(500 * time.Millisecond) {
-		stored = storedPositions(t, cl.URL(), cfg.JetStream.Stream)
-		seen := map[string]bool{}
-		for _, p := range stored {
-			seen[string(p.payload)] = true
-		}
-		missing := 0
-		for p := range acked {
-			if !seen[p] {
-				missing++
-			}
-		}
-		if missing == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of the %d positions the broker acked not in the positions stream 2 minutes after the fleet ended", missing, published)
-		}
-	}
-	times := map[string]int{}
-	for _, p := range stored {
-		times[string(p.payload)]++
-	}
-	for p, n := range times {
-		if n != acked[p] {
-			t.Errorf("stored %d times, acked %d: %s", n, acked[p], p)
-		}
-	}
+		sumCounts(acked), phones, time.Since(restarted).Round(100*time.Millisecond))
+	stored, times := storedOnce(t, cl.URL(), cfg.JetStream.Stream, acked)
 	var relayed, retries, skipped, terms uint64
 	for _, in := range ins {
 		relayed += in.r.lease.counts.stored.Load()
