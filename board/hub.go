@@ -395,9 +395,7 @@ func (f *Feed) Watched() <-chan struct{} {
 	if f == nil {
 		return nil
 	}
-	f.h.watchMu.Lock()
-	defer f.h.watchMu.Unlock()
-	return f.h.watch[f.market].on
+	return f.signal(true)
 }
 
 // Unwatched: see Watched.
@@ -405,9 +403,18 @@ func (f *Feed) Unwatched() <-chan struct{} {
 	if f == nil {
 		return closedChan
 	}
+	return f.signal(false)
+}
+
+// signal is the market's channel closed while it is watched (on) or not.
+func (f *Feed) signal(on bool) <-chan struct{} {
 	f.h.watchMu.Lock()
 	defer f.h.watchMu.Unlock()
-	return f.h.watch[f.market].off
+	w := f.h.watch[f.market]
+	if on {
+		return w.on
+	}
+	return w.off
 }
 
 var closedChan = func() chan struct{} {
