@@ -122,6 +122,10 @@ func (env *scaleEnv) profile(b *testing.B, name string) func() {
 	return wg.Wait
 }
 
+// scaleProcs is each edgeproc's GOMAXPROCS: 1 as deploy/systemd's unit
+// runs it; 0 leaves the runtime's default (the machine's cores).
+var scaleProcs = flag.Int("scale.gomaxprocs", 0, "the scale-out benchmarks: GOMAXPROCS of each edgeproc process (1: as the systemd unit runs it; 0: the runtime's default)")
+
 // scaleFor is how long the fleet publishes.
 var scaleFor = flag.Duration("scale.for", 60*time.Second, "BenchmarkScaleOut: how long the fleet publishes")
 
@@ -150,6 +154,10 @@ func startScale(b *testing.B, bin, natsBin string, c scaleCase, fleet time.Time,
 	} else {
 		env.mosq = testenv.StartMosquitto(b)
 		env.pubAddrs = []string{env.mosq.Addr()}
+	}
+	if *scaleProcs > 0 {
+		// The instances only: nats-server has started.
+		b.Setenv("GOMAXPROCS", strconv.Itoa(*scaleProcs))
 	}
 	n := max(c.instances, 1)
 	for i := range n {
