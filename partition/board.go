@@ -27,8 +27,7 @@ const boardLinger = time.Minute
 // writes. Following them costs every instance a delivery of each
 // courier's update and result, whatever it owns, so nobody looking
 // means nobody pays; a page that opens sees the others' couriers once
-// the feed has read the bucket's current entries, within a second or
-// two. The partitions it owns feed the board directly, at once, always;
+// the feed has read the bucket's current entries. The partitions it owns feed the board directly, at once, always;
 // the board keeps the newest of a courier's positions and results, so
 // what arrives twice changes nothing. It runs until ctx ends, starting
 // the feeds again when they cannot start.

@@ -39,10 +39,12 @@ func checkBoard(t *testing.T, p *proc, market string, wm int64, mine, others ite
 	// partitions (partition/board.go): their couriers come once it has
 	// read the courier bucket, so a snapshot may lack them for a moment.
 	var problem string
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+	opened := time.Now()
+	for deadline := opened.Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
 		var shown int
 		if problem, shown = boardProblem(p.listen, market, wm, mine, others); problem == "" {
-			t.Logf("instance %s: board snapshot shows %d couriers of its partitions at their newest position, and the market's others", p.name, shown)
+			t.Logf("instance %s: board snapshot shows %d couriers of its partitions at their newest position, and the market's others (%v after the first page opened)",
+				p.name, shown, time.Since(opened).Round(10*time.Millisecond))
 			return shown
 		}
 	}
