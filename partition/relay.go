@@ -148,7 +148,8 @@ const batchLinger = 20 * time.Millisecond
 // store them all before their linger: half the broker's window (the
 // Receive Maximum it announces), so the other half keeps coming while
 // these are stored. Without it the window, not the CPU, bounds the relay
-// at a window a linger: 1 024 positions every 20 ms and more.
+// at one window per linger and store: 1 024 positions per 20 ms and the
+// store's round trip at the most.
 const windowFlush = mqtt.DefaultReceiveMaximum / 2
 
 // batchID identifies a batch for the stream's duplicate window: the same
