@@ -51,7 +51,11 @@
 //
 // Feeding never blocks the engine: a call copies the event into a bounded
 // mailbox under a mutex held for that copy only; the hub swaps the mailbox
-// out every DrainEvery. Events that find the mailbox full are dropped and
+// out every DrainEvery while a page is connected, and with none (an
+// instance nobody looks at: its board's state is only kept for the next
+// page) every Interval or once the mailbox is half full, whichever comes
+// first, so that an unwatched board does not wake its process ten times
+// a second. Events that find the mailbox full are dropped and
 // counted (Stats.Dropped, shown on the page). Every Interval the hub sends
 // each connected page one message with the couriers and dead-zone cells
 // that changed since the last one and the markets' status, so the browser
@@ -238,6 +242,8 @@ type Hub struct {
 	box     []event
 	zbox    []zoneEvent // dead zones; at most Mailbox too, grown on use
 	dropped uint64
+	// half wakes the hub when a mailbox is half full.
+	half    chan struct{}
 	statsMu sync.Mutex
 	stats   Stats
 
@@ -295,6 +301,7 @@ func New(cfg Config) (*Hub, error) {
 		cfg:     cfg,
 		names:   make(map[string]int, len(cfg.Markets)),
 		box:     make([]event, 0, cfg.Mailbox),
+		half:    make(chan struct{}, 1),
 		join:    make(chan *client),
 		leave:   make(chan *client),
 		daily:   make(chan dailyChange),
@@ -498,6 +505,18 @@ func put[S string | []byte](f *Feed, courier S, e event) {
 		return
 	}
 	h.box = append(h.box, e)
+	if len(h.box) == cap(h.box)/2 {
+		h.wake()
+	}
+}
+
+// wake asks the hub to drain its mailboxes now; it never blocks. Called
+// with mu held.
+func (h *Hub) wake() {
+	select {
+	case h.half <- struct{}{}:
+	default: // a wake-up is pending
+	}
 }
 
 // putZone copies a dead zone into its mailbox, or counts it as dropped
@@ -510,6 +529,9 @@ func (h *Hub) putZone(z zoneEvent) {
 		return
 	}
 	h.zbox = append(h.zbox, z)
+	if len(h.zbox) == h.cfg.Mailbox/2 {
+		h.wake()
+	}
 }
 
 // swap hands the filled mailboxes to the hub goroutine and takes spare and

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	where "github.com/km0/edgeproc/courier"
+	"github.com/km0/edgeproc/internal/testenv"
 	"github.com/km0/edgeproc/result"
 )
 
@@ -384,14 +385,21 @@ func TestHub_CoalescesUpdates(t *testing.T) {
 	t.Logf("%d positions per courier in %d messages", last, msgs)
 }
 
-// Feeding never blocks: with nobody draining the mailbox, what does not
-// fit is dropped and counted, and the rest is shown.
+// Feeding never blocks: with the hub busy, what does not fit in the
+// mailbox is dropped and counted, and the rest is shown.
 func TestHub_MailboxBoundDropsAndCounts(t *testing.T) {
-	h := newHub(t, func(c *Config) { c.Mailbox, c.DrainEvery, c.Interval = 4, time.Hour, time.Hour })
+	busy := make(chan struct{})
+	h := newHub(t, func(c *Config) {
+		c.Mailbox, c.DrainEvery, c.Interval = 4, time.Hour, time.Hour
+		// The hub reads the status once as it starts, before it drains
+		// anything: it stays busy there until the feeding is done.
+		c.Markets[0].Status = func() Status { <-busy; return Status{} }
+	})
 	f := h.Feed("a")
 	for i := range 10 {
 		f.Position(fmt.Appendf(nil, "c%d", i), 10, 1, 1)
 	}
+	close(busy)
 	if got := h.Stats().Dropped; got != 6 {
 		t.Errorf("Dropped = %d, want 6", got)
 	}
@@ -730,5 +738,22 @@ func TestFeed_WatchedWhileAPageShowsTheMarket(t *testing.T) {
 	var nilFeed *Feed
 	if nilFeed.Watched() != nil || !isClosed(nilFeed.Unwatched()) {
 		t.Error("a nil Feed is watched")
+	}
+}
+
+// With no page connected the hub drains its mailbox every Interval, not
+// every DrainEvery, and as soon as it is half full: a burst of a
+// mailbox's worth of events loses nothing, however long Interval is.
+func TestHub_UnwatchedDrainsAHalfFullMailbox(t *testing.T) {
+	h := newHub(t, func(c *Config) { c.Mailbox, c.DrainEvery, c.Interval = 64, time.Millisecond, time.Hour })
+	f := h.Feed("a")
+	for i := range 32 {
+		f.Position(fmt.Appendf(nil, "c%d", i), 10, 1, 1)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the half-full mailbox drained", func() bool { return h.Stats().Couriers == 32 })
+	f.Position([]byte("late"), 10, 1, 1)                           // below half: waits for Interval (or a page)
+	_, u := openStream(t, serve(t, h).URL+"/board/events").next(t) // joining drains the mailbox
+	if len(u.Couriers) != 33 || h.Stats().Dropped != 0 {
+		t.Errorf("snapshot has %d couriers and %d dropped, want 33 and none", len(u.Couriers), h.Stats().Dropped)
 	}
 }

@@ -152,7 +152,9 @@ func (h *Hub) run() {
 	spare := make([]event, 0, h.cfg.Mailbox)
 	var zspare []zoneEvent
 	drain := time.NewTicker(h.cfg.DrainEvery)
+	drain.Stop() // runs only while a page is connected
 	defer drain.Stop()
+	draining := false
 	send := time.NewTicker(h.cfg.Interval)
 	defer send.Stop()
 	applyBox := func() {
@@ -180,6 +182,8 @@ func (h *Hub) run() {
 			return
 		case <-drain.C:
 			applyBox()
+		case <-h.half:
+			applyBox()
 		case <-send.C:
 			applyBox()
 			st.sample(h.cfg.Now())
@@ -195,6 +199,13 @@ func (h *Hub) run() {
 		case d := <-h.daily:
 			st.daily[d.market] = &d.view
 			st.dailyDirty = true
+		}
+		if watched := len(st.clients) > 0; watched != draining {
+			if draining = watched; draining {
+				drain.Reset(h.cfg.DrainEvery)
+			} else {
+				drain.Stop()
+			}
 		}
 		h.publish(st)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -94,16 +93,40 @@ func (s *shares) shed() bool {
 
 func (s *shares) shedDone() { s.shedding.Store(false) }
 
-// balance writes the heartbeat and counts the live instances every
-// heartbeatEvery until ctx ends, then deletes the heartbeat, so that the
-// others take this instance's partitions over without waiting for it to
-// expire.
+// balance writes the heartbeat every heartbeatEvery and follows the
+// others' in a watch of the members bucket until ctx ends, then deletes
+// the heartbeat, so that the others take this instance's partitions over
+// without waiting for it to expire. The share is counted at each
+// heartbeat and each change the watch brings (an instance joining or
+// leaving is counted at once). A watch rather than listing the bucket
+// each heartbeat: a listing is a consumer created on the server and
+// read, a fixed cost of every instance several times a minute.
 func (r *Runner) balance(ctx context.Context) {
 	t := time.NewTicker(r.heartbeatEvery())
 	defer t.Stop()
 	key := memberKey(r.inst)
+	var w jetstream.KeyWatcher
+	defer func() {
+		if w != nil {
+			_ = w.Stop()
+		}
+	}()
+	seen := map[string]heartbeat{} // the others' last heartbeats, by key
+	synced := false                // the watch delivered the bucket's current keys
+	r.beat(ctx, key)
 	for {
-		r.count(ctx, key)
+		if w == nil {
+			// Retried each heartbeat while NATS is away; once started, a
+			// watch resumes by itself after a reconnect.
+			if w, _ = r.members.WatchAll(ctx); w != nil {
+				clear(seen)
+				synced = false
+			}
+		}
+		var updates <-chan jetstream.KeyValueEntry
+		if w != nil {
+			updates = w.Updates()
+		}
 		select {
 		case <-ctx.Done():
 			dctx, cancel := context.WithTimeout(context.Background(), r.cfg.JetStream.PinTTL)
@@ -111,43 +134,58 @@ func (r *Runner) balance(ctx context.Context) {
 			cancel()
 			return
 		case <-t.C:
+			r.beat(ctx, key)
+		case e, ok := <-updates:
+			switch {
+			case !ok:
+				_ = w.Stop()
+				w = nil
+				continue
+			case e == nil:
+				synced = true
+			case e.Key() == key:
+				continue
+			case e.Operation() != jetstream.KeyValuePut:
+				delete(seen, e.Key())
+			default:
+				var hb heartbeat
+				if json.Unmarshal(e.Value(), &hb) != nil {
+					continue
+				}
+				seen[e.Key()] = hb
+			}
+		}
+		if synced {
+			r.count(seen)
 		}
 	}
 }
 
-// count writes this instance's heartbeat and sets its share from the live
-// instances' heartbeats. An error leaves the share as it was.
-func (r *Runner) count(ctx context.Context, key string) {
+// beat writes this instance's heartbeat.
+func (r *Runner) beat(ctx context.Context, key string) {
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.JetStream.PinTTL)
 	defer cancel()
-	now := time.Now()
-	val, _ := json.Marshal(heartbeat{Instance: r.inst, AtMs: now.UnixMilli(), Owned: r.shares.owned.Load()})
+	val, _ := json.Marshal(heartbeat{Instance: r.inst, AtMs: time.Now().UnixMilli(), Owned: r.shares.owned.Load()})
 	if _, err := r.members.Put(cctx, key, val); err != nil {
 		r.log.Debug("heartbeat not written", "err", err)
-		return
 	}
-	lister, err := r.members.ListKeys(cctx)
-	if err != nil {
-		return
-	}
+}
+
+// count sets this instance's share from the others' heartbeats seen,
+// forgetting those older than pin_ttl.
+func (r *Runner) count(seen map[string]heartbeat) {
+	now := time.Now()
 	names := []string{r.inst}
-	for k := range lister.Keys() {
-		if k == key {
-			continue
-		}
-		e, err := r.members.Get(cctx, k)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue
-		}
-		var hb heartbeat
-		if err != nil || json.Unmarshal(e.Value(), &hb) != nil {
-			continue
-		}
-		if now.Sub(time.UnixMilli(hb.AtMs)) <= r.cfg.JetStream.PinTTL && hb.Instance != r.inst {
+	for k, hb := range seen {
+		switch {
+		case now.Sub(time.UnixMilli(hb.AtMs)) > r.cfg.JetStream.PinTTL:
+			delete(seen, k)
+		case hb.Instance != r.inst:
 			names = append(names, hb.Instance)
 		}
 	}
 	slices.Sort(names)
+	names = slices.Compact(names)
 	live, rank := int64(len(names)), int64(slices.Index(names, r.inst))
 	n := int64(len(r.parts))
 	share := n / live

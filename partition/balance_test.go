@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -120,4 +121,42 @@ func idleMarket(t *testing.T) (ns *testenv.Cluster, cfg config.Config, a, b *ins
 	b = startInstance(t, cfg, ns.Connect(t), "b", nil)
 	testenv.WaitFor(t, 30*time.Second, "b ready", b.r.Ready)
 	return ns, cfg, a, b
+}
+
+// An instance counts the others from a watch of their heartbeats: one
+// joining or leaving changes its share at once, not at its next
+// heartbeat (pin_ttl/4, here 10 s); a heartbeat older than pin_ttl is
+// not counted.
+func TestBalance_CountsTheOthersAsTheyComeAndGo(t *testing.T) {
+	r, _, ctx := setUpRunner(t, 6)
+	r.cfg.JetStream.PinTTL = 40 * time.Second
+	bctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { r.balance(bctx); close(done) }()
+	defer func() { stop(); <-done }()
+	share := func(want int64, what string) {
+		t.Helper()
+		start := time.Now()
+		testenv.WaitFor(t, 20*time.Second, what, func() bool { return r.shares.counted.Load() == want })
+		if took := time.Since(start); took > 2*time.Second {
+			t.Errorf("%s: share %d after %v, want well under a heartbeat (10 s)", what, want, took)
+		}
+	}
+	share(6, "alone")
+	put := func(inst string, at time.Time) {
+		t.Helper()
+		val := mustJSON(heartbeat{Instance: inst, AtMs: at.UnixMilli()})
+		if _, err := r.members.Put(ctx, memberKey(inst), val); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("old", time.Now().Add(-time.Hour))
+	put("b", time.Now())
+	share(3, "one more instance")
+	put("c", time.Now())
+	share(2, "two more")
+	if err := r.members.Delete(ctx, memberKey("b")); err != nil {
+		t.Fatal(err)
+	}
+	share(3, "one of them left")
 }

@@ -36,10 +36,14 @@ import (
 // relayKey is the relay lease's key in the checkpoint bucket.
 const relayKey = "relay"
 
-// leasePoll is how often the lease is looked at: the relay renews it
+// leasePoll is how often the relay looks at its lease: it renews it
 // every pin_ttl/4, and at once when it starts or stops hearing its
-// broker; the other instances read it, to know whether the relay hears
-// and to take the lease once it has run out.
+// broker or lapses. The other instances do not poll: they watch the
+// record (every renewal reaches them as it is written, so an owner knows
+// within milliseconds whether the relay hears) and read it when it runs
+// out, to take it, or every pin_ttl/4 should the watch miss an update.
+// An instance waking five times a second for the lease was a fixed cost
+// of every instance (docs/performance.md).
 const leasePoll = 200 * time.Millisecond
 
 // leaseRecord is the relay lease as stored.
@@ -63,9 +67,10 @@ type relayLease struct {
 
 	rev uint64 // the record's revision this instance wrote last while relaying; 0: not the relay
 
-	mu    sync.Mutex
-	seen  leaseRecord // the record as last read or written
-	relay *relay      // the running relay while this instance holds the lease
+	mu      sync.Mutex
+	seen    leaseRecord // the record as last read, written or watched
+	seenRev uint64      // seen's revision
+	relay   *relay      // the running relay while this instance holds the lease
 
 	terms  atomic.Uint64 // leases taken, for tests
 	counts relayCounts
@@ -79,16 +84,74 @@ func newRelayLease(r *Runner) *relayLease {
 // relay (its acks given their last flush within drain) and gives the
 // lease up, so that a successor takes over at once.
 func (l *relayLease) run(ctx context.Context, drain func() context.Context) {
-	t := time.NewTicker(leasePoll)
+	var w jetstream.KeyWatcher
+	defer func() {
+		if w != nil {
+			_ = w.Stop()
+		}
+	}()
+	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
 		l.step(ctx)
-		select {
-		case <-ctx.Done():
-			l.resign(drain())
-			return
-		case <-t.C:
+		if w == nil {
+			// Retried every step while NATS is away; once started, a
+			// watch resumes by itself after a reconnect.
+			w, _ = l.r.store.kv.Watch(ctx, relayKey)
 		}
+		var updates <-chan jetstream.KeyValueEntry
+		if w != nil {
+			updates = w.Updates()
+		}
+		t.Reset(l.nextStep(time.Now()))
+		for waiting := true; waiting; {
+			select {
+			case <-ctx.Done():
+				l.resign(drain())
+				return
+			case <-t.C:
+				waiting = false
+			case e, ok := <-updates:
+				switch {
+				case !ok:
+					_ = w.Stop()
+					w, waiting = nil, false
+				case e != nil && l.rev == 0:
+					l.observe(e)
+					t.Reset(l.nextStep(time.Now()))
+				}
+			}
+		}
+	}
+}
+
+// nextStep is how long until the next step: the relay's poll; for the
+// others the moment the lease they saw runs out (to take it), at the
+// latest pin_ttl/4 from now.
+func (l *relayLease) nextStep(now time.Time) time.Duration {
+	if l.rev != 0 {
+		return leasePoll
+	}
+	d := l.ttl / 4
+	if left := time.UnixMilli(l.held().UntilMs).Sub(now); left <= 0 {
+		d = leasePoll // ran out, not taken yet (NATS away, or another was faster)
+	} else if left < d {
+		d = left + time.Millisecond
+	}
+	return d
+}
+
+// observe keeps a record the watch delivered, unless it is older than
+// the one seen.
+func (l *relayLease) observe(e jetstream.KeyValueEntry) {
+	var rec leaseRecord
+	if e.Operation() != jetstream.KeyValuePut || json.Unmarshal(e.Value(), &rec) != nil {
+		rec = leaseRecord{} // deleted or unreadable: taken like an ended one
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e.Revision() > l.seenRev {
+		l.seen, l.seenRev = rec, e.Revision()
 	}
 }
 
@@ -125,7 +188,7 @@ func (l *relayLease) step(ctx context.Context) {
 		switch {
 		case err == nil:
 			l.rev = rev
-			l.set(rec)
+			l.set(rec, rev)
 		case errors.Is(err, jetstream.ErrKeyRevisionMismatch):
 			l.lose("another instance took the lease")
 		default:
@@ -145,7 +208,7 @@ func (l *relayLease) step(ctx context.Context) {
 			rec = leaseRecord{} // unreadable: taken like an ended one
 		}
 		rev = e.Revision()
-		l.set(rec)
+		l.set(rec, rev)
 		if now.UnixMilli() < rec.UntilMs {
 			return // another instance relays
 		}
@@ -157,7 +220,7 @@ func (l *relayLease) step(ctx context.Context) {
 		return // another instance was faster, or NATS is away: try again
 	}
 	l.rev = newRev
-	l.set(mine)
+	l.set(mine, newRev)
 	l.terms.Add(1)
 	rl := newRelay(l.r)
 	rl.since = since
@@ -192,8 +255,8 @@ func (l *relayLease) resign(ctx context.Context) {
 		return
 	}
 	rec := leaseRecord{Instance: l.r.inst}
-	if _, err := l.r.store.kv.Update(ctx, relayKey, mustJSON(rec), l.rev); err == nil {
-		l.set(rec)
+	if rev, err := l.r.store.kv.Update(ctx, relayKey, mustJSON(rec), l.rev); err == nil {
+		l.set(rec, rev)
 	}
 	l.rev = 0
 }
@@ -215,9 +278,10 @@ func (l *relayLease) current() *relay {
 	return l.relay
 }
 
-func (l *relayLease) set(rec leaseRecord) {
+// set keeps rec, read or written at revision rev.
+func (l *relayLease) set(rec leaseRecord, rev uint64) {
 	l.mu.Lock()
-	l.seen = rec
+	l.seen, l.seenRev = rec, rev
 	l.mu.Unlock()
 }
 

@@ -405,7 +405,7 @@ func heldRelay(t *testing.T, r *Runner, left time.Duration) *relay {
 		r.lease = &relayLease{r: r}
 	}
 	r.lease.ttl = 4 * time.Second
-	r.lease.set(leaseRecord{Instance: r.inst, UntilMs: time.Now().Add(left).UnixMilli()})
+	r.lease.set(leaseRecord{Instance: r.inst, UntilMs: time.Now().Add(left).UnixMilli()}, 1)
 	return newRelay(r)
 }
 
