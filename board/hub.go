@@ -132,8 +132,8 @@ type Config struct {
 	Markets []Market
 	// Interval is the period of the updates sent to pages. Default 500ms.
 	Interval time.Duration
-	// DrainEvery is how often the mailbox is swapped out and applied.
-	// Default 100ms.
+	// DrainEvery is how often the mailbox is swapped out and applied
+	// while a page is connected. Default 100ms.
 	DrainEvery time.Duration
 	// Mailbox is how many events wait between two drains, at most; more
 	// are dropped (Stats.Dropped). Default 16384 (164 000 events/s at the
