@@ -65,6 +65,37 @@ func BenchmarkScaleOut(b *testing.B) {
 	}
 }
 
+// BenchmarkScaleOutIdle is what an instance costs with nothing to do:
+// the CPU each process uses over -scale.for with no position published
+// (the warm-up's 600 couriers only, their partitions owned and ticked by
+// the idle rule), N = 1 and 3, no board page open. The CPU that N
+// instances add to one's at the same rate is mostly this, paid N times:
+//
+//	go test -run '^$' -bench 'ScaleOutIdle' -benchtime 1x ./partition
+func BenchmarkScaleOutIdle(b *testing.B) {
+	bin := testenv.BuildEdgeproc(b)
+	natsBin := buildNATSServer(b)
+	for _, c := range []scaleCase{{"jetstream-1", 1, 1, 1, "mqtt"}, {"jetstream-3", 3, 1, 1, "mqtt"}} {
+		b.Run(c.name, func(b *testing.B) {
+			for range b.N {
+				b.StopTimer()
+				env := startScale(b, bin, natsBin, c, fleetStart(), 0)
+				cpu0, t0 := env.cpu(b), time.Now()
+				b.StartTimer()
+				time.Sleep(*scaleFor) // the measurement: CPU used over a span of wall time
+				b.StopTimer()
+				d, took := env.cpu(b).sub(cpu0), time.Since(t0)
+				perMin := func(c time.Duration) float64 { return c.Seconds() / took.Minutes() * 1000 }
+				b.ReportMetric(perMin(d.edgeproc())/float64(len(d.inst)), "ms/min/instance")
+				b.ReportMetric(perMin(d.nats), "nats-ms/min")
+				b.Logf("%s idle for %v: CPU edgeproc %v (relay: instance %d), nats-server %v, mosquitto %v; load average %s",
+					c.name, took.Round(time.Millisecond), d.inst, relayHolder(env.listens), d.nats, d.mosq, testenv.LoadAvg())
+				env.stop()
+			}
+		})
+	}
+}
+
 // scaleCase is one deployment of the scale-out benchmarks.
 type scaleCase struct {
 	name      string
