@@ -138,17 +138,21 @@ var storedBatch = func() *batch {
 }()
 
 // batchLinger is the longest a position waits in its batch before the
-// batch is stored: 20 ms of latency, against windows of minutes, for
-// about 10 positions a message at a city fleet's 3 000/s over 6
-// partitions. BenchmarkScaleOut, one instance: 5 ms gave 72 µs of
-// edgeproc's CPU and 62 of nats-server's a position, 20 ms 58 and 45.
-const batchLinger = 20 * time.Millisecond
+// batch is stored: 50 ms of latency, against windows of minutes and a
+// board redrawn twice a second, for about 25 positions a message at a
+// city fleet's 3 000/s over 6 partitions. Each message wakes its owner's
+// process, mostly asleep when it only owns: fewer, fuller messages are
+// what an instance costs less for. BenchmarkScaleOut (jetstream-1 and
+// -3, µs of edgeproc's CPU a position, GOMAXPROCS=1): 20 ms gave 20.5
+// and 27.3 (+33 %), 50 ms 18.6 and 22.4 (+21 %); nats-server 18.8 and
+// 21.2 against 16.2 and 17.2. (5 ms had cost 1.3 × 20 ms's.)
+const batchLinger = 50 * time.Millisecond
 
 // windowFlush is how many positions held in open batches make the relay
 // store them all before their linger: half the broker's window (the
 // Receive Maximum it announces), so the other half keeps coming while
 // these are stored. Without it the window, not the CPU, bounds the relay
-// at one window per linger and store: 1 024 positions per 20 ms and the
+// at one window per linger and store: 1 024 positions per 50 ms and the
 // store's round trip at the most.
 const windowFlush = mqtt.DefaultReceiveMaximum / 2
 
