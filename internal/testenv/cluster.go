@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -59,33 +60,49 @@ func StartCluster(tb testing.TB, cfg ClusterConfig) *Cluster {
 	if cfg.Nodes <= 0 {
 		cfg.Nodes = 3
 	}
-	n := cfg.Nodes
 	c := &Cluster{tb: tb, name: "edgeproc-test", cfg: cfg}
-	for i := range n {
-		nd := &clusterNode{
-			name: fmt.Sprintf("n%d", i+1), storeDir: tb.TempDir(),
-			port: freePort(tb), routePort: freePort(tb),
-		}
-		if cfg.MQTT {
-			nd.mqttPort = freePort(tb)
-		}
-		c.nodes = append(c.nodes, nd)
-	}
 	tb.Cleanup(c.Shutdown)
-	var wg sync.WaitGroup
-	errs := make([]error, n)
-	for i := range c.nodes {
-		wg.Add(1)
-		go func() { defer wg.Done(); errs[i] = c.start(i) }()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			tb.Fatal(err)
+	// A port freePort found free can be taken, by another test's
+	// listener or a connection's local port, before the node binds it:
+	// the first start picks new ports and tries again.
+	var err error
+	for attempt := 1; attempt <= 3; attempt++ {
+		if err = c.startAll(); err == nil {
+			break
 		}
+		tb.Logf("cluster start, attempt %d: %v", attempt, err)
+		c.Shutdown()
+	}
+	if err != nil {
+		tb.Fatal(err)
 	}
 	c.WaitJetStream()
 	return c
+}
+
+// startAll gives every node new ports and a new store and starts them
+// all.
+func (c *Cluster) startAll() error {
+	nodes := make([]*clusterNode, c.cfg.Nodes)
+	for i := range nodes {
+		nodes[i] = &clusterNode{
+			name: fmt.Sprintf("n%d", i+1), storeDir: c.tb.TempDir(),
+			port: freePort(c.tb), routePort: freePort(c.tb),
+		}
+		if c.cfg.MQTT {
+			nodes[i].mqttPort = freePort(c.tb)
+		}
+	}
+	c.mu.Lock()
+	c.nodes = nodes
+	c.mu.Unlock()
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i := range nodes {
+		wg.Go(func() { errs[i] = c.start(i) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // freePort returns a loopback TCP port that was free a moment ago.
@@ -134,10 +151,8 @@ func (c *Cluster) start(i int) error {
 			return fmt.Errorf("node %s: mapping %s: %w", nd.name, src, err)
 		}
 	}
-	go srv.Start()
-	if !srv.ReadyForConnections(natsReadyTimeout) {
-		srv.Shutdown()
-		return fmt.Errorf("nats node %s not ready within %v", nd.name, natsReadyTimeout)
+	if err := startServer(srv, natsReadyTimeout); err != nil {
+		return fmt.Errorf("nats node %s (client port %d, route port %d): %w", nd.name, nd.port, nd.routePort, err)
 	}
 	c.mu.Lock()
 	nd.srv = srv

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,8 +15,57 @@ import (
 )
 
 // natsReadyTimeout bounds how long a (re)start may take before the test
-// fails; the embedded server is normally ready within milliseconds.
-const natsReadyTimeout = 10 * time.Second
+// fails. The embedded server is normally ready within milliseconds; on a
+// loaded CI machine enabling JetStream on three stores at once has taken
+// over 10 s.
+const natsReadyTimeout = 30 * time.Second
+
+// serverErrors keeps what an embedded server reports as an error or a
+// fatal error (the server runs with NoLog, and a listener it cannot bind
+// or a JetStream it cannot enable otherwise shows only as never being
+// ready). Notices, debug and trace lines are dropped.
+type serverErrors struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (e *serverErrors) keep(format string, v ...any) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.msgs) < 10 {
+		e.msgs = append(e.msgs, fmt.Sprintf(format, v...))
+	}
+}
+
+func (e *serverErrors) Noticef(string, ...any)         {}
+func (e *serverErrors) Debugf(string, ...any)          {}
+func (e *serverErrors) Tracef(string, ...any)          {}
+func (e *serverErrors) Warnf(format string, v ...any)  { e.keep(format, v...) }
+func (e *serverErrors) Errorf(format string, v ...any) { e.keep(format, v...) }
+func (e *serverErrors) Fatalf(format string, v ...any) { e.keep(format, v...) }
+
+// String is the errors kept so far, or "no error reported".
+func (e *serverErrors) String() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.msgs) == 0 {
+		return "no error reported"
+	}
+	return strings.Join(e.msgs, "; ")
+}
+
+// startServer starts srv and waits up to d until it accepts clients; the
+// error says what the server reported if it does not.
+func startServer(srv *server.Server, d time.Duration) error {
+	errs := &serverErrors{}
+	srv.SetLogger(errs, false, false)
+	go srv.Start()
+	if !srv.ReadyForConnections(d) {
+		srv.Shutdown()
+		return fmt.Errorf("not ready within %v (server: %s)", d, errs)
+	}
+	return nil
+}
 
 // NATS is an embedded nats-server with JetStream owned by one test. Its port
 // and store directory stay the same across Restart, so streams, their
@@ -86,10 +136,8 @@ func (n *NATS) start() {
 	if err != nil {
 		n.tb.Fatalf("new nats server on port %d: %v", n.port, err)
 	}
-	go srv.Start()
-	if !srv.ReadyForConnections(natsReadyTimeout) {
-		srv.Shutdown()
-		n.tb.Fatalf("nats server on port %d not ready within %v", n.port, natsReadyTimeout)
+	if err := startServer(srv, natsReadyTimeout); err != nil {
+		n.tb.Fatalf("nats server on port %d: %v", n.port, err)
 	}
 	addr, ok := srv.Addr().(*net.TCPAddr)
 	if !ok {
