@@ -105,27 +105,16 @@ func (r *Runner) balance(ctx context.Context) {
 	t := time.NewTicker(r.heartbeatEvery())
 	defer t.Stop()
 	key := memberKey(r.inst)
-	var w jetstream.KeyWatcher
-	defer func() {
-		if w != nil {
-			_ = w.Stop()
-		}
-	}()
+	w := &kvWatch{start: func() (jetstream.KeyWatcher, error) { return r.members.WatchAll(ctx) }}
+	defer w.stop()
 	seen := map[string]heartbeat{} // the others' last heartbeats, by key
 	synced := false                // the watch delivered the bucket's current keys
 	r.beat(ctx, key)
 	for {
-		if w == nil {
-			// Retried each heartbeat while NATS is away; once started, a
-			// watch resumes by itself after a reconnect.
-			if w, _ = r.members.WatchAll(ctx); w != nil {
-				clear(seen)
-				synced = false
-			}
-		}
-		var updates <-chan jetstream.KeyValueEntry
-		if w != nil {
-			updates = w.Updates()
+		updates, started := w.updates() // retried each heartbeat while NATS is away
+		if started {
+			clear(seen)
+			synced = false
 		}
 		select {
 		case <-ctx.Done():
@@ -138,8 +127,7 @@ func (r *Runner) balance(ctx context.Context) {
 		case e, ok := <-updates:
 			switch {
 			case !ok:
-				_ = w.Stop()
-				w = nil
+				w.stop()
 				continue
 			case e == nil:
 				synced = true

@@ -84,25 +84,13 @@ func newRelayLease(r *Runner) *relayLease {
 // relay (its acks given their last flush within drain) and gives the
 // lease up, so that a successor takes over at once.
 func (l *relayLease) run(ctx context.Context, drain func() context.Context) {
-	var w jetstream.KeyWatcher
-	defer func() {
-		if w != nil {
-			_ = w.Stop()
-		}
-	}()
+	w := &kvWatch{start: func() (jetstream.KeyWatcher, error) { return l.r.store.kv.Watch(ctx, relayKey) }}
+	defer w.stop()
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
 		l.step(ctx)
-		if w == nil {
-			// Retried every step while NATS is away; once started, a
-			// watch resumes by itself after a reconnect.
-			w, _ = l.r.store.kv.Watch(ctx, relayKey)
-		}
-		var updates <-chan jetstream.KeyValueEntry
-		if w != nil {
-			updates = w.Updates()
-		}
+		updates, _ := w.updates() // retried every step while NATS is away
 		t.Reset(l.nextStep(time.Now()))
 		for waiting := true; waiting; {
 			select {
@@ -114,8 +102,8 @@ func (l *relayLease) run(ctx context.Context, drain func() context.Context) {
 			case e, ok := <-updates:
 				switch {
 				case !ok:
-					_ = w.Stop()
-					w, waiting = nil, false
+					w.stop()
+					waiting = false
 				case e != nil && l.rev == 0:
 					l.observe(e)
 					t.Reset(l.nextStep(time.Now()))
