@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"context"
 	"fmt"
 	"math/rand"
 	"net/http"
@@ -23,15 +24,18 @@ import (
 
 // chaosKinds are the faults of the partitioned source's schedule: an
 // instance killed (at a random moment, or again while it takes its
-// partitions back), paused (past the pin TTL, it is fenced), a NATS node
-// down; the network between a node and the instances connected to it,
-// by nftables rules on that node's client port only (its routes and the
-// test's own connections, the publisher's, are untouched): packets
-// silently dropped for 3-15 s (net-drop: a half-open connection neither
-// side notices at once), or every connection reset and new ones refused
-// for 0.5-3 s (net-cut); and the results stream deleted (the instances
-// recreate it). One node at a time: the streams are R3.
-var chaosKinds = []string{"kill", "kill-in-recovery", "pause", "node-down", "net-drop", "net-cut", "results-stream-deleted"}
+// partitions back), paused (past the pin TTL, it is fenced; the relay
+// among them gives its lease up), a NATS node down; the network between
+// a node and the instances connected to it, by nftables rules on that
+// node's client port only (its routes and the test's own connections
+// are untouched): packets silently dropped for 3-15 s (net-drop: a
+// half-open connection neither side notices at once), or every
+// connection reset and new ones refused for 0.5-3 s (net-cut); the
+// market's MQTT broker stopped and started again (the phones keep their
+// positions meanwhile, the relay is deaf); and the results stream
+// deleted (the instances recreate it). One node at a time: the streams
+// are R3.
+var chaosKinds = []string{"kill", "kill-in-recovery", "pause", "node-down", "net-drop", "net-cut", "broker-down", "results-stream-deleted"}
 
 // chaosWindows are the market's windows: event time runs 4 times faster
 // than the clock, the idle rule on, so that a fault taken for silence
@@ -39,28 +43,42 @@ var chaosKinds = []string{"kill", "kill-in-recovery", "pause", "node-down", "net
 const chaosWindows = "  size: 20s\n  slide: 10s\n  gap: 15s\n  tolerated_delay: 2s\n  idle_timeout: 10s\n"
 
 // TestChaos_PartitionedSchedule is crashtest's seeded fault schedule for
-// the partitioned source: three `edgeproc run` on a three-node cluster,
-// four partitions, a fleet published for CHAOS_DURATION while faults drawn
-// from CHAOS_SEED hit the instances and the nodes. At the end every
-// partition is owned and recorded, the results stream holds once per key
-// exactly the replay of each partition's stream, and its no_signals are
-// the ones the couriers earned: those of a run over each partition's
-// positions alone, in stream order, without any clock (a fault taken for
-// silence would add some); every instance is healthy and exits cleanly on SIGTERM. When the
-// schedule deleted the results stream, "the results stream" is the union
-// of what each incarnation of it held (see equalsReplayIncarnations).
+// the partitioned source as deployed by default (jetstream.ingest mqtt):
+// three `edgeproc run` on a three-node cluster, four partitions, a fleet
+// published to the market's Mosquitto for CHAOS_DURATION, relayed into
+// the partitions by whichever instance holds the relay lease, while
+// faults drawn from CHAOS_SEED hit the instances, the nodes and the
+// broker. At the end every position the broker acked is in the
+// positions stream, none more often than published, each courier's in
+// the order published; every partition is owned and recorded; the
+// results stream holds once per key exactly the replay of each
+// partition's stream; and its no_signals are the ones the couriers
+// earned: those of a run over each partition's positions alone, in the
+// order they were published, without any clock (a fault taken for
+// silence would add some, a relay that reordered positions would add or
+// move some); every instance is healthy and exits cleanly on SIGTERM.
+// When the schedule deleted the results stream, "the results stream" is
+// the union of what each incarnation of it held (see
+// equalsReplayIncarnations).
 func TestChaos_PartitionedSchedule(t *testing.T) {
 	seed, d := testenv.ChaosSeed(), testenv.ChaosDuration()
 	rng := rand.New(rand.NewSource(seed))
 	bin := testenv.BuildEdgeproc(t)
 	const partitions = 4
-	cl := testenv.StartCluster(t, testenv.ClusterConfig{Nodes: 3, Mappings: mapping(partitions)})
+	cl := testenv.StartCluster(t, testenv.ClusterConfig{Nodes: 3})
+	mosq := testenv.StartMosquitto(t)
 	nf := testenv.StartNetFaults(t)
 	nodeURLs := strings.Split(cl.URL(), ",")
-	cfg := testConfig(t, cl.URL(), partitions)
-	cfg.Windows.Size, cfg.Windows.Slide, cfg.Windows.Gap, cfg.Windows.ToleratedDelay, cfg.Windows.IdleTimeout =
-		20*time.Second, 10*time.Second, 15*time.Second, 2*time.Second, 10*time.Second
-	procs := startProcsWindows(t, bin, cl.URL(), partitions, 0, chaosWindows, "a", "b", "c")
+	edit := func(y string) string {
+		y = strings.Replace(y, "  ingest: gateway\n", "  ingest: mqtt\n", 1)
+		y = strings.Replace(y, "windows:\n  idle_timeout: 0s\n", "windows:\n"+chaosWindows, 1)
+		return y + fmt.Sprintf("mqtt:\n  url: %q\n", mosq.URL())
+	}
+	cfg, err := config.Parse(strings.NewReader(edit(testYAML(cl.URL(), partitions, "127.0.0.1:0", ""))), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	procs := startProcsEdit(t, bin, cl.URL(), partitions, 0, edit, "a", "b", "c")
 	for _, p := range procs {
 		testenv.WaitFor(t, 90*time.Second, p.name+" ready", p.ready)
 	}
@@ -71,11 +89,12 @@ func TestChaos_PartitionedSchedule(t *testing.T) {
 	span := 4 * d
 	msgs := testenv.FleetMessages("girona", 60, span, seed, time.Now().Add(-span))
 	pub := cl.Connect(t)
-	sent := make(chan struct{})
+	var sent []string // the payloads in the order the broker acked them, a resend listed again
+	published := make(chan struct{})
 	start := time.Now()
 	go func() {
-		defer close(sent)
-		publishFleet(t, pub, msgs, int(float64(len(msgs))/d.Seconds())+1, nil)
+		defer close(published)
+		sent = publishToBroker(mosq.Addr(), msgs, int(float64(len(msgs))/d.Seconds())+1)
 	}()
 	done := map[string]int{}
 	var held [][]testenv.Stored // what each deleted incarnation of the results stream held
@@ -102,12 +121,14 @@ func TestChaos_PartitionedSchedule(t *testing.T) {
 			cl.Kill(node)
 			time.Sleep(f.Lasts)
 			cl.Restart(node)
+		case "broker-down":
+			mosq.Stop()
+			time.Sleep(f.Lasts)
+			mosq.Restart()
 		case "net-drop", "net-cut":
 			port := testenv.PortOf(t, nodeURLs[node])
-			// The test's own connections are left alone: the publisher
-			// stands for the MQTT gateway, which lives in the servers; cut
-			// off, it would leave the positions stream truly silent (a
-			// gap between the stored positions, no_signals earned).
+			// The test's own connections (the reads of the checks) are
+			// left alone.
 			except := testenv.ClientPorts(t, port)
 			t.Logf("%v: node n%d, client port %d, but the test's own connections from ports %v", f, node+1, port, except)
 			fault := nf.Drop
@@ -129,8 +150,10 @@ func TestChaos_PartitionedSchedule(t *testing.T) {
 		}
 		done[f.Kind]++
 	}
-	<-sent
+	<-published
 	t.Logf("faults survived: %v", done)
+	stored := storedAsSent(t, cl.URL(), cfg.JetStream.Stream, sent)
+	t.Logf("%d positions sent (%d published, the rest sent again after a broker restart), %d stored", len(sent), len(msgs), len(stored))
 	last := lastSeqs(t, pub, cfg)
 	testenv.WaitFor(t, 2*time.Minute, "every partition owned, applied and recorded", func() bool { return procsSettled(last, procs...) })
 	// The idle rule fires what is left once the fleet is silent: event
@@ -153,18 +176,11 @@ func TestChaos_PartitionedSchedule(t *testing.T) {
 			t.Errorf("instance %s after SIGTERM: %v", p.name, err)
 		}
 	}
-	stored := equalsReplayIncarnations(t, cl.URL(), cfg, held)
+	incs := equalsReplayIncarnations(t, cl.URL(), cfg, held)
 
-	want, byPublication := earnedNoSignals(t, cl.URL(), cfg, msgs)
-	resent := 0
-	for k := range want {
-		if !byPublication[k] {
-			resent++
-		}
-	}
-	t.Logf("%d no_signals earned in the stream's order, %d of them not in the publication's (positions the publisher resent late)", len(want), resent)
+	want := earnedNoSignals(cfg, msgs)
 	got := map[string]bool{}
-	for _, inc := range stored {
+	for _, inc := range incs {
 		for k := range inc {
 			if strings.HasPrefix(k, "no_signal|") {
 				got[k] = true
@@ -273,46 +289,71 @@ func replayVariants(t testing.TB, url string, cfg config.Config) (first map[stri
 }
 
 // earnedNoSignals are the no_signal keys of a run over each partition's
-// positions, in the order they reached its stream (the instances' input),
-// without a clock: silence in event time only. The order is the
-// publisher's: a batch it resends after a lost ack (waitAcks) stores some
-// positions seconds after later ones, and those are late for the engine
-// whatever the clock; only a no_signal the clock adds (the idle rule
-// taking a fault for silence) is not earned. byPublication is the same
-// run over the positions in the order they were published, for the log.
-func earnedNoSignals(t *testing.T, url string, cfg config.Config, msgs []testenv.Message) (earned, byPublication map[string]bool) {
-	run := func(n int, push func(e *engine.Engine), into map[string]bool) {
+// positions in the order they were published (the broker's order, which
+// the relay keeps: storedAsSent checks it), without a clock: silence in
+// event time only. A no_signal the clock adds (the idle rule taking a
+// fault for silence) is not earned, nor is one a reordering would make.
+func earnedNoSignals(cfg config.Config, msgs []testenv.Message) map[string]bool {
+	earned := map[string]bool{}
+	for n := range cfg.JetStream.Partitions {
 		ecfg := EngineConfig(cfg, n)
 		ecfg.Topic, ecfg.Shards, ecfg.DeafGap = "", 1, 0
 		e := engine.New(ecfg, func(rs []result.Record) {
 			for i := range rs {
 				if rs[i].Type == result.NoSignal {
-					into[rs[i].Key()] = true
+					earned[rs[i].Key()] = true
 				}
 			}
 		})
-		push(e)
+		for _, m := range msgs {
+			courier := m.Topic[strings.LastIndexByte(m.Topic, '/')+1:]
+			if PartitionOf(courier, cfg.JetStream.Partitions) == n {
+				e.Push(&engine.Input{Payload: m.Payload})
+			}
+		}
 		e.EndOfInput()
 	}
-	earned, byPublication = map[string]bool{}, map[string]bool{}
-	for n := range cfg.JetStream.Partitions {
-		run(n, func(e *engine.Engine) {
-			for _, m := range testenv.ReadStored(t, url, cfg.JetStream.Stream, cfg.JetStream.PartitionSubject(n)) {
-				if kindOf(m.Subject, m.Header) == msgPosition {
-					e.Push(&engine.Input{Payload: m.Data})
+	return earned
+}
+
+// publishToBroker publishes msgs to the MQTT broker at addr as the
+// market's phones do, QoS 1, perSecond at most, each kept until the
+// broker acks it: a publish that fails (the broker stopped) is sent again
+// on a new connection, so it may reach the broker twice (its ack lost).
+// It returns the payloads in the order sent, a resend listed again.
+func publishToBroker(addr string, msgs []testenv.Message, perSecond int) []string {
+	var pub *testenv.Publisher
+	defer func() {
+		if pub != nil {
+			pub.Close()
+		}
+	}()
+	var sent []string
+	start := time.Now()
+	for i, m := range msgs {
+		for {
+			if pub == nil {
+				var err error
+				if pub, err = testenv.DialPublisher(addr, "chaos-phones"); err != nil {
+					time.Sleep(100 * time.Millisecond)
+					continue
 				}
 			}
-		}, earned)
-		run(n, func(e *engine.Engine) {
-			for _, m := range msgs {
-				courier := m.Topic[strings.LastIndexByte(m.Topic, '/')+1:]
-				if PartitionOf(courier, cfg.JetStream.Partitions) == n {
-					e.Push(&engine.Input{Payload: m.Payload})
-				}
+			sent = append(sent, string(m.Payload))
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			err := pub.Publish(ctx, m.Topic, m.Payload)
+			cancel()
+			if err == nil {
+				break
 			}
-		}, byPublication)
+			pub.Close()
+			pub = nil
+		}
+		if wait := time.Duration(i+1)*time.Second/time.Duration(perSecond) - time.Since(start); wait > 0 {
+			time.Sleep(wait)
+		}
 	}
-	return earned, byPublication
+	return sent
 }
 
 // explainNoSignal logs, for an unearned no_signal, the courier's

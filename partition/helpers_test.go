@@ -566,3 +566,56 @@ func storedOnce(t testing.TB, url, stream string, acked map[string]int) ([]store
 	}
 	return stored, times
 }
+
+// storedAsSent waits (2 minutes at most) until every payload of sent (a
+// broker's positions in the order they were published to it, a resend
+// listed again) is in the positions stream, then checks the stream
+// against it: nothing stored that was not sent, nothing stored more often
+// than sent, and each courier's positions first stored in the order they
+// were first sent (the broker's order, which the relay keeps). It
+// returns the stream's positions.
+func storedAsSent(t testing.TB, url, stream string, sent []string) []storedPosition {
+	t.Helper()
+	times, firstAt := map[string]int{}, map[string]int{}
+	for i, p := range sent {
+		if times[p]++; times[p] == 1 {
+			firstAt[p] = i
+		}
+	}
+	var stored []storedPosition
+	testenv.WaitFor(t, 2*time.Minute, "every sent position in the positions stream", func() bool {
+		stored = storedPositions(t, url, stream)
+		seen := map[string]bool{}
+		for _, m := range stored {
+			seen[string(m.payload)] = true
+		}
+		return len(seen) == len(times)
+	})
+	got := map[string]int{}
+	at := map[string][]uint64{} // the stream sequences of each payload's copies
+	lastOf := map[string]int{}  // each subject's (courier's) last first-sent index stored so far
+	outOfOrder := 0
+	for _, m := range stored {
+		p := string(m.payload)
+		at[p] = append(at[p], m.seq)
+		if got[p]++; got[p] > 1 {
+			continue
+		}
+		if i, ok := firstAt[p]; !ok {
+			t.Errorf("stored but never sent: %s", p)
+		} else if i < lastOf[m.subject] {
+			outOfOrder++
+		} else {
+			lastOf[m.subject] = i
+		}
+	}
+	for p, n := range got {
+		if n > times[p] {
+			t.Errorf("stored %d times (stream sequences %v), sent %d: %s", n, at[p], times[p], p)
+		}
+	}
+	if outOfOrder > 0 {
+		t.Errorf("%d positions stored after a later one of their courier", outOfOrder)
+	}
+	return stored
+}

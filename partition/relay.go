@@ -80,8 +80,12 @@ type relay struct {
 	recent     *recentSet
 	since      time.Time
 	recentRead chan struct{}
-	settled    atomic.Bool
-	lapsed     atomic.Bool // the lease lapsed under the relay: it stopped (leaseLasts)
+	// after is, per partition, the sequence of this relay's fence
+	// (relayfence.go): its first batch's store expects it as the batch
+	// subject's last.
+	after   []uint64
+	settled atomic.Bool
+	lapsed  atomic.Bool // the lease lapsed under the relay: it stopped (leaseLasts)
 	// batching is the batcher and acks goroutines; storing the stores.
 	batching, storing sync.WaitGroup
 
@@ -94,9 +98,9 @@ type relay struct {
 // instance.
 type relayCounts struct {
 	// stored counts the positions acked once stored, skipped those of
-	// them a former relay had stored, retries the batch stores sent
-	// again.
-	stored, retries, skipped atomic.Uint64
+	// them a former relay had stored, redelivered those this relay had
+	// received before a reconnect, retries the batch stores sent again.
+	stored, retries, skipped, redelivered atomic.Uint64
 }
 
 // inbound is a received message and where it goes.
@@ -119,6 +123,7 @@ type batch struct {
 	n      int
 	prev   *batch        // the partition's batch before it, until that one is stored
 	stored chan struct{} // closed once the stream holds it
+	seq    uint64        // its stream sequence, once stored
 }
 
 func newBatch(part int) *batch {
@@ -179,7 +184,7 @@ func newRelay(r *Runner) *relay {
 		r: r, log: r.log.With("ingest", "mqtt"), prefix: prefix, suffix: suffix, numbers: numbers, counts: &r.lease.counts,
 		filter: r.cfg.MQTT.Topic, level: level,
 		in: make(chan inbound, mqtt.DefaultReceiveMaximum), pending: make(chan relayed, mqtt.DefaultReceiveMaximum),
-		recentRead: make(chan struct{}),
+		recentRead: make(chan struct{}), after: make([]uint64, len(numbers)),
 	}
 }
 
@@ -207,11 +212,17 @@ func (l *relay) leaseLasts() error {
 	if rec.Instance == l.r.inst && time.Until(time.UnixMilli(rec.UntilMs)) >= l.r.lease.ttl/4 {
 		return nil
 	}
+	l.stop(errLeaseLapsed)
+	return errLeaseLapsed
+}
+
+// stop stops the relay for good, for why: the lease loop gives the
+// lease up if it is still this instance's.
+func (l *relay) stop(why error) {
 	if l.lapsed.CompareAndSwap(false, true) {
-		l.log.Warn("relay: stopping: what it holds unacked goes to the next relay", "err", errLeaseLapsed)
+		l.log.Warn("relay: stopping: what it holds unacked goes to the next relay", "err", why)
 	}
 	l.cancel()
-	return errLeaseLapsed
 }
 
 // relayAckWait is how long a store waits for the stream's ack before it
@@ -227,14 +238,10 @@ func (l *relay) start(ctx context.Context, nc *nats.Conn) error {
 	l.js = js
 	l.ctx, l.cancel = context.WithCancel(ctx)
 	ctx = l.ctx
-	// Read in the batcher, not here: the lease is renewed meanwhile
+	// Fence and read in the batcher, not here: the lease is renewed meanwhile
 	// (the read may take longer than a lease), and the relay says it
 	// does not hear until it is done (ready).
-	l.batching.Go(func() {
-		l.recent = l.readRecent(ctx)
-		close(l.recentRead)
-		l.batches()
-	})
+	l.batching.Go(l.run)
 	l.batching.Go(l.acks)
 	mc := relayConfig(l.r.cfg)
 	mc.MayConnect = l.leaseLasts
@@ -244,6 +251,18 @@ func (l *relay) start(ctx context.Context, nc *nats.Conn) error {
 	}
 	l.src.Store(src)
 	return nil
+}
+
+// run fences the former relay off (relayfence.go), reads what it stored
+// lately (takeover.go), then batches what the broker gives.
+func (l *relay) run() {
+	if err := l.fence(l.ctx); err != nil {
+		close(l.pending)
+		return
+	}
+	l.recent = l.readRecent(l.ctx)
+	close(l.recentRead)
+	l.batches()
 }
 
 // handle hands one message, in receive order, to the batcher; acks acks
@@ -288,12 +307,19 @@ func (l *relay) batches() {
 			}
 		}
 	}
+	var again lastReceived // what a reconnect may redeliver (redelivery.go)
 	for {
 		select {
 		case in := <-l.in:
+			if b := again.batchOf(in.token, in.m); b != nil {
+				l.counts.redelivered.Add(1)
+				l.pending <- relayed{m: in.m, b: b} // this relay's, before a reconnect
+				continue
+			}
 			if l.recent.has(in.token, in.m) {
 				l.counts.skipped.Add(1)
 				l.pending <- relayed{m: in.m, b: storedBatch} // stored by a former relay
+				again.add(in.token, in.m.Payload, storedBatch)
 				continue
 			}
 			b := open[in.part]
@@ -308,6 +334,7 @@ func (l *relay) batches() {
 			b.add(in.token, in.m.Payload)
 			held++
 			l.pending <- relayed{m: in.m, b: b}
+			again.add(in.token, in.m.Payload, b)
 			switch {
 			case b.n >= batchMax || len(b.body) >= batchMaxBytes:
 				store(b)
@@ -329,20 +356,26 @@ func (l *relay) batches() {
 // store stores b once the partition's batch before it is stored: a
 // partition's batches reach the stream in the order they were filled,
 // whatever fails in between. A store that fails is sent again, under the
-// batch's message id, until it is stored or the relay stops.
+// batch's message id, until it is stored or the relay stops. Each store
+// expects the batch subject's last sequence to be this relay's previous
+// batch (or its fence): a store that finds another's there was fenced
+// off by a successor (relayfence.go), and the relay stops.
 func (l *relay) store(b *batch) {
+	after := l.after[b.part]
 	if b.prev != nil {
 		select {
 		case <-b.prev.stored:
 		case <-l.ctx.Done():
 			return
 		}
+		after = b.prev.seq
 		b.prev = nil // not kept alive by the chain
 	}
+	id := batchID(b.body)
 	msg := &nats.Msg{
-		Subject: l.prefix + l.numbers[b.part] + l.suffix + BatchToken,
+		Subject: l.batchSubject(b.part),
 		Data:    b.body,
-		Header:  nats.Header{jetstream.MsgIDHeader: []string{batchID(b.body)}},
+		Header:  nats.Header{jetstream.MsgIDHeader: []string{id}},
 	}
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
@@ -356,15 +389,33 @@ func (l *relay) store(b *batch) {
 		if l.leaseLasts() != nil {
 			return
 		}
-		ack, err := l.js.PublishMsgAsync(msg)
+		ack, err := l.js.PublishMsgAsync(msg, jetstream.WithExpectLastSequencePerSubject(after))
 		if err != nil {
 			continue
 		}
 		select {
-		case <-ack.Ok():
+		case pa := <-ack.Ok():
+			// A duplicate's ack gives the sequence of the batch it
+			// repeats: this one, sent before and its ack lost, or an
+			// older batch of the same content (nothing stored now).
+			b.seq = max(after, pa.Sequence)
 			close(b.stored)
 			return
-		case <-ack.Err():
+		case err := <-ack.Err():
+			if !isWrongLastSeq(err) {
+				continue
+			}
+			switch seq, ours, err := l.lastBatch(b.part, id); {
+			case err != nil:
+				continue
+			case !ours:
+				l.stop(errRelayFenced)
+				return
+			default: // sent before, its ack lost
+				b.seq = seq
+				close(b.stored)
+				return
+			}
 		case <-l.ctx.Done():
 			return
 		}
@@ -421,7 +472,7 @@ func (l *relay) ready() string {
 	select {
 	case <-l.recentRead:
 	default:
-		return "mqtt: reading what the former relay stored"
+		return "mqtt: fencing the former relay off and reading what it stored"
 	}
 	switch _, up, sub := src.Hearing(); {
 	case !up:

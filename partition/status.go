@@ -238,7 +238,7 @@ func (r *Runner) Collector() prometheus.Collector {
 		unacked: prometheus.NewDesc("edgeproc_relay_unacked",
 			"Messages the relay has received from the broker and not yet acked (each acked once its batch is stored); at 1024 (the Receive Maximum edgeproc announces) the broker sends no more until acks come. 0 when this instance does not relay.", []string{"instance"}, m),
 		relayed: prometheus.NewDesc("edgeproc_relay_positions_total",
-			"Positions this instance relayed, by outcome: stored (acked to the broker once stored), skipped (a redelivery a former relay had stored), retried (batch stores sent again).", []string{"instance", "outcome"}, m),
+			"Positions this instance relayed, by outcome: stored (acked to the broker once stored), skipped (a redelivery a former relay had stored), redelivered (a redelivery, after a reconnect, of what this relay had received: acked once its first copy is stored, not stored again), retried (batch stores sent again).", []string{"instance", "outcome"}, m),
 		zonesWaiting: prometheus.NewDesc("edgeproc_dead_zone_windows_waiting",
 			"Dead-zone windows fired in some partitions and waiting for the others' parts (dead_zones on).", []string{"instance"}, m),
 		zonesIncomplete: prometheus.NewDesc("edgeproc_dead_zone_windows_incomplete_total",
@@ -284,6 +284,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.unacked, prometheus.GaugeValue, float64(l.unacked()), c.r.inst)
 		ch <- prometheus.MustNewConstMetric(c.relayed, prometheus.CounterValue, float64(l.counts.stored.Load()), c.r.inst, "stored")
 		ch <- prometheus.MustNewConstMetric(c.relayed, prometheus.CounterValue, float64(l.counts.skipped.Load()), c.r.inst, "skipped")
+		ch <- prometheus.MustNewConstMetric(c.relayed, prometheus.CounterValue, float64(l.counts.redelivered.Load()), c.r.inst, "redelivered")
 		ch <- prometheus.MustNewConstMetric(c.relayed, prometheus.CounterValue, float64(l.counts.retries.Load()), c.r.inst, "retried")
 	}
 	for _, s := range c.r.Status() {
