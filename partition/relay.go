@@ -28,9 +28,13 @@ import (
 // under the market's persistent session, stores each position in its
 // partition's subject, in receive order, and acks it to the broker only
 // once the stream has acked it (contract §8: acknowledged only once
-// durable). A position's message id is a hash of topic and payload, so
-// one a successor receives again (the former relay stored it, and lost
-// its lease before the ack) is dropped by the stream's duplicate window.
+// durable). Nothing is stored twice: a batch's message id is a hash of
+// its content, so a batch sent again is dropped by the stream's
+// duplicate window; what a successor is given again (the former relay
+// stored it, and lost its lease before the ack) it finds by reading the
+// stream back (takeover.go), after fencing the former relay's late
+// stores off (relayfence.go); what a reconnect gives the same relay
+// again it finds among its last positions (redelivery.go).
 // A shared subscription ($share/…) would spread the positions over the
 // instances, but Mosquitto 2.0 drops what is published to a shared
 // subscription after a broker restart and before an instance resubscribes
