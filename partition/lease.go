@@ -143,6 +143,14 @@ func (l *relayLease) observe(e jetstream.KeyValueEntry) {
 	}
 }
 
+// stoppedRelay is why the running relay stopped itself, or nil.
+func (l *relayLease) stoppedRelay() error {
+	if rl := l.current(); rl != nil {
+		return rl.stoppedWhy()
+	}
+	return nil
+}
+
 // step renews the lease if this instance holds it, or takes it if it has
 // run out; it starts or stops the relay accordingly.
 func (l *relayLease) step(ctx context.Context) {
@@ -152,10 +160,10 @@ func (l *relayLease) step(ctx context.Context) {
 	now := time.Now()
 	if l.rev != 0 {
 		held := l.held()
-		if rl := l.current(); rl != nil && rl.lapsed.Load() {
+		if why := l.stoppedRelay(); why != nil {
 			// It stopped itself: give the lease up (if it is still this
 			// instance's) for the next relay to start at once.
-			l.r.log.Warn("relay lease given up: it lapsed under the relay", "until", time.UnixMilli(held.UntilMs))
+			l.r.log.Warn("relay lease given up: the relay stopped itself", "why", why, "until", time.UnixMilli(held.UntilMs))
 			l.resign(cctx)
 			return
 		}

@@ -90,3 +90,18 @@ func TestRelay_RedeliveryAfterAReconnectIsNotStoredTwice(t *testing.T) {
 		t.Errorf("%d redeliveries found among the relay's own, want 3", got)
 	}
 }
+
+// The relay keeps every position it receives (lastReceived.add) and
+// looks each one up (batchOf, which ends at once for a message that is
+// no redelivery): the per-position part must not allocate.
+func BenchmarkLastReceived_PerPosition(b *testing.B) {
+	var r lastReceived
+	bt := newBatch(0)
+	m := &mqtt.Message{Topic: "km0/girona/positions/c1", Payload: []byte(`{"courier_id":"c1","ts":1700000000000,"lat":41.98,"lon":2.82}`)}
+	b.ReportAllocs()
+	for b.Loop() {
+		if r.batchOf("c1", m) == nil {
+			r.add("c1", m.Payload, bt)
+		}
+	}
+}

@@ -89,7 +89,7 @@ type relay struct {
 	// subject's last.
 	after   []uint64
 	settled atomic.Bool
-	lapsed  atomic.Bool // the lease lapsed under the relay: it stopped (leaseLasts)
+	stopped atomic.Pointer[error] // why the relay stopped itself (its lease lapsed, a successor fenced it off); nil while it runs
 	// batching is the batcher and acks goroutines; storing the stores.
 	batching, storing sync.WaitGroup
 
@@ -220,10 +220,18 @@ func (l *relay) leaseLasts() error {
 	return errLeaseLapsed
 }
 
+// stoppedWhy is why the relay stopped itself, or nil while it runs.
+func (l *relay) stoppedWhy() error {
+	if why := l.stopped.Load(); why != nil {
+		return *why
+	}
+	return nil
+}
+
 // stop stops the relay for good, for why: the lease loop gives the
 // lease up if it is still this instance's.
 func (l *relay) stop(why error) {
-	if l.lapsed.CompareAndSwap(false, true) {
+	if l.stopped.CompareAndSwap(nil, &why) {
 		l.log.Warn("relay: stopping: what it holds unacked goes to the next relay", "err", why)
 	}
 	l.cancel()

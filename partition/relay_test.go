@@ -364,8 +364,8 @@ func TestRelay_LapsedLeaseStoresNothing(t *testing.T) {
 		t.Fatal("a batch stored under a lapsed lease")
 	default:
 	}
-	if !l.lapsed.Load() || l.ctx.Err() == nil {
-		t.Errorf("lapsed %v, relay context %v: want the relay stopped", l.lapsed.Load(), l.ctx.Err())
+	if why := l.stoppedWhy(); why != errLeaseLapsed || l.ctx.Err() == nil {
+		t.Errorf("stopped %v, relay context %v: want the relay stopped for its lapsed lease", why, l.ctx.Err())
 	}
 	if err := l.leaseLasts(); !errors.Is(err, errLeaseLapsed) {
 		t.Errorf("leaseLasts (MayConnect) = %v, want errLeaseLapsed", err)

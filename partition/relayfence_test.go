@@ -62,8 +62,8 @@ func TestRelayFence_AStoreAfterTheSuccessorsFenceIsRefused(t *testing.T) {
 	again.body = append([]byte(nil), first.body...)
 	again.n = first.n
 	former.store(again)
-	if !isStored(again) || again.seq != first.seq || former.lapsed.Load() {
-		t.Fatalf("batch sent again: stored %v at %d (first at %d), relay stopped %v", isStored(again), again.seq, first.seq, former.lapsed.Load())
+	if !isStored(again) || again.seq != first.seq || former.stoppedWhy() != nil {
+		t.Fatalf("batch sent again: stored %v at %d (first at %d), relay stopped %v", isStored(again), again.seq, first.seq, former.stoppedWhy())
 	}
 
 	successor := startedRelay(t, r, ctx)
@@ -81,8 +81,8 @@ func TestRelayFence_AStoreAfterTheSuccessorsFenceIsRefused(t *testing.T) {
 	if isStored(late) {
 		t.Fatal("the former relay's store after the successor's fence was stored")
 	}
-	if !former.lapsed.Load() || former.ctx.Err() == nil {
-		t.Errorf("former relay: stopped %v, context %v: want it stopped", former.lapsed.Load(), former.ctx.Err())
+	if why := former.stoppedWhy(); why != errRelayFenced || former.ctx.Err() == nil {
+		t.Errorf("former relay: stopped %v, context %v: want it stopped, fenced off", why, former.ctx.Err())
 	}
 	got := storedPositions(t, ns.URL(), r.cfg.JetStream.Stream)
 	if len(got) != 1 {
@@ -90,8 +90,8 @@ func TestRelayFence_AStoreAfterTheSuccessorsFenceIsRefused(t *testing.T) {
 	}
 
 	next := storeNow(successor, 1, "c1", `{"courier_id":"c1","ts":1700000001000,"lat":41.98,"lon":2.82}`)
-	if !isStored(next) || successor.lapsed.Load() {
-		t.Errorf("successor's batch stored %v, successor stopped %v", isStored(next), successor.lapsed.Load())
+	if !isStored(next) || successor.stoppedWhy() != nil {
+		t.Errorf("successor's batch stored %v, successor stopped %v", isStored(next), successor.stoppedWhy())
 	}
 }
 
